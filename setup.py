@@ -1,0 +1,5 @@
+"""Dataflow's launcher and workers install the package through setup.py; the metadata lives in pyproject.toml."""
+
+from setuptools import setup
+
+setup()

@@ -1,0 +1,174 @@
+"""The error tree of beam-agents, drawn in one place.
+
+Every error the library raises on purpose derives from `BeamAgentsError`,
+split by who has to act on it::
+
+    BeamAgentsError
+    ├── ConfigError                   the user: fix configuration or the agent reference
+    ├── StateError                    the operator: a keyed-state blob cannot be read (invariant 8)
+    │   ├── StateCorruptError         malformed bytes, broken accounting, duplicate keys
+    │   │   └── RingCorruptError      a ring entry's encoding is broken; names the key
+    │   └── UnsupportedSchemaVersionError
+    ├── MemoryOverflow                the agent: working memory would pass its hard cap
+    ├── StoreError                    the long-term store
+    │   ├── MemoryUnavailable         unreachable or failing; retriable
+    │   ├── ScopeViolation            a write crossed a tenant boundary (invariant 7)
+    │   ├── MemoryContractError       the store or caller broke the write protocol
+    │   └── StoreLimitError           a record or commit exceeds the backend's limits
+    ├── ModelError                    the model provider
+    │   ├── ProviderUnavailable       429, 5xx, timeout, open breaker; retriable
+    │   └── ProviderRejected          other 4xx; not retriable
+    └── ActivationTimeoutError        the agent ran past AgentConfig.timeout_ms
+
+`MemoryOverflow`, `ScopeViolation` and `MemoryUnavailable` keep the names the
+specification fixes. Errors carry structured attributes so that error records
+and logs can name the key, the size and the cap without parsing messages.
+Bad arguments to a facade (a key that is not text, a negative bound) raise the
+builtin `TypeError`/`ValueError`, as the specification requires.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActivationTimeoutError",
+    "BeamAgentsError",
+    "ConfigError",
+    "MemoryContractError",
+    "MemoryOverflow",
+    "MemoryUnavailable",
+    "ModelError",
+    "ProviderRejected",
+    "ProviderUnavailable",
+    "RingCorruptError",
+    "ScopeViolation",
+    "StateCorruptError",
+    "StateError",
+    "StoreError",
+    "StoreLimitError",
+    "UnsupportedSchemaVersionError",
+]
+
+
+class BeamAgentsError(Exception):
+    """Root of every error beam-agents raises on purpose."""
+
+    #: Whether redriving the same input unchanged may succeed.
+    retriable: bool = False
+
+
+class ConfigError(BeamAgentsError, ValueError):
+    """A configuration value is unknown, missing or out of range; names the field."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StateError(BeamAgentsError):
+    """A keyed-state blob could not be read; the state must not be overwritten (invariant 8)."""
+
+    def __init__(self, message: str, *, cell: str | None = None) -> None:
+        super().__init__(message)
+        self.cell = cell
+
+
+class StateCorruptError(StateError):
+    """A keyed-state blob is malformed: bad bytes, broken accounting or duplicate keys."""
+
+
+class RingCorruptError(StateCorruptError):
+    """A ring entry's value bytes are not a valid ring encoding."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"ring entry {key!r} is corrupt: {reason}", cell="memory")
+        self.key = key
+
+
+class UnsupportedSchemaVersionError(StateError):
+    """A blob carries a state_schema_version this library cannot read."""
+
+    def __init__(self, *, cell: str, version: int, supported: tuple[int, ...]) -> None:
+        super().__init__(
+            f"{cell} blob has state_schema_version {version}; this library reads "
+            f"{', '.join(map(str, supported))}. Upgrade beam-agents or redrive from a "
+            "compatible snapshot.",
+            cell=cell,
+        )
+        self.version = version
+        self.supported = supported
+
+
+class MemoryOverflow(BeamAgentsError):  # noqa: N818 - the name is fixed by the specification
+    """A working-memory write would exceed the hard cap and was not applied."""
+
+    def __init__(self, *, key: str, attempted_size: int, cap: int) -> None:
+        super().__init__(
+            f"writing {key!r} would grow working memory to {attempted_size} bytes, over the "
+            f"{cap}-byte hard cap; the write was not applied. Bound the data (append with "
+            "max_items, smaller values) or configure a Compactor that frees space."
+        )
+        self.key = key
+        self.attempted_size = attempted_size
+        self.cap = cap
+
+
+class StoreError(BeamAgentsError):
+    """The long-term store failed or was misused."""
+
+
+class MemoryUnavailable(StoreError):  # noqa: N818 - the name is fixed by the specification
+    """The long-term store is unreachable or failing; retrying later may succeed."""
+
+    retriable = True
+
+
+class ScopeViolation(StoreError):  # noqa: N818 - the name is fixed by the specification
+    """A record addressed another entity than the handle's own (invariant 7)."""
+
+    def __init__(self, message: str, *, expected: bytes, actual: bytes) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class MemoryContractError(StoreError):
+    """The write protocol was broken: unowned background work, unpublished required ids."""
+
+
+class StoreLimitError(StoreError, ValueError):
+    """A record or a commit exceeds a backend limit; checked before any I/O."""
+
+    def __init__(self, message: str, *, limit: int, attempted: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.attempted = attempted
+
+
+class ModelError(BeamAgentsError):
+    """The model provider failed or refused a request."""
+
+    def __init__(self, message: str, *, model_id: str | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(message)
+        self.model_id = model_id
+        self.status = status
+
+
+class ProviderUnavailable(ModelError):  # noqa: N818 - pairs with MemoryUnavailable
+    """The provider is rate-limiting, failing, timing out, or its breaker is open."""
+
+    retriable = True
+
+
+class ProviderRejected(ModelError):  # noqa: N818 - pairs with ProviderUnavailable
+    """The provider refused the request itself (a 4xx other than 429); not retriable."""
+
+
+class ActivationTimeoutError(BeamAgentsError):
+    """The agent did not finish within AgentConfig.timeout_ms."""
+
+    retriable = True
+
+    def __init__(self, *, timeout_ms: int) -> None:
+        super().__init__(f"the activation ran past its {timeout_ms} ms timeout")
+        self.timeout_ms = timeout_ms
