@@ -98,7 +98,7 @@ class UnsupportedSchemaVersionError(StateError):
         self.supported = supported
 
 
-class MemoryOverflow(BeamAgentsError):  # noqa: N818 - the name is fixed by the specification
+class MemoryOverflow(BeamAgentsError):
     """A working-memory write would exceed the hard cap and was not applied."""
 
     def __init__(self, *, key: str, attempted_size: int, cap: int) -> None:
@@ -116,13 +116,13 @@ class StoreError(BeamAgentsError):
     """The long-term store failed or was misused."""
 
 
-class MemoryUnavailable(StoreError):  # noqa: N818 - the name is fixed by the specification
+class MemoryUnavailable(StoreError):
     """The long-term store is unreachable or failing; retrying later may succeed."""
 
     retriable = True
 
 
-class ScopeViolation(StoreError):  # noqa: N818 - the name is fixed by the specification
+class ScopeViolation(StoreError):
     """A record addressed another entity than the handle's own (invariant 7)."""
 
     def __init__(self, message: str, *, expected: bytes, actual: bytes) -> None:
@@ -154,13 +154,13 @@ class ModelError(BeamAgentsError):
         self.status = status
 
 
-class ProviderUnavailable(ModelError):  # noqa: N818 - pairs with MemoryUnavailable
+class ProviderUnavailable(ModelError):
     """The provider is rate-limiting, failing, timing out, or its breaker is open."""
 
     retriable = True
 
 
-class ProviderRejected(ModelError):  # noqa: N818 - pairs with ProviderUnavailable
+class ProviderRejected(ModelError):
     """The provider refused the request itself (a 4xx other than 429); not retriable."""
 
 

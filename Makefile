@@ -1,0 +1,37 @@
+# The README's commands. Each target sets up what it needs on a bare machine.
+PYTHON ?= python3.11
+VENV   := .venv
+LATEST := .venv-beam-latest
+PIP    := pip install --quiet --disable-pip-version-check
+
+.PHONY: test lint protos demo clean
+
+# The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
+$(VENV)/.installed: pyproject.toml setup.py
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/$(PIP) -e '.[dev]'
+	touch $@
+
+# The Beam-latest line (what Dataflow runs), without Flink.
+$(LATEST)/.installed: pyproject.toml setup.py
+	test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
+	touch $@
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy src
+
+test: lint $(LATEST)/.installed
+	$(VENV)/bin/python -m pytest
+	$(LATEST)/bin/python -m pytest tests/unit/memory
+
+protos: $(VENV)/.installed
+	$(VENV)/bin/python tools/gen_protos.py
+
+demo:
+	@echo "make demo arrives with the activation runtime; see README." >&2
+	@exit 2
+
+clean:
+	rm -rf $(VENV) $(LATEST) out .pytest_cache .hypothesis

@@ -1,0 +1,437 @@
+"""The working-memory facade: staged, bounded, exactly accounted (seed 000).
+
+`Memory` is built once per activation over the `memory` keyed-state blob and
+hands back a new blob at the end. It performs no state I/O and reads no clock
+(invariant 2): every mutation lands in Python objects, and only a successful
+activation's commit writes `to_blob()` back (invariant 1).
+
+Cost model: entries sit in an insertion-ordered dict kept in LRU order, so a
+stamp is a `move_to_end`. `size_bytes` is adjusted by each mutation's delta,
+never recomputed. A ring keeps its decoded items and its exact encoded size,
+so an append is O(item) and the ring is re-encoded once, in `to_blob()`, and
+only if it changed. Entries that were never touched reuse the message parsed
+from the incoming blob.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from google.protobuf.message import DecodeError
+
+from beam_agents._proto.memory_pb2 import (
+    ENTRY_KIND_RING,
+    ENTRY_KIND_SCALAR,
+    EntryKind,
+    MemoryBlob,
+    MemoryEntry,
+)
+from beam_agents.errors import (
+    ConfigError,
+    MemoryOverflow,
+    StateCorruptError,
+    UnsupportedSchemaVersionError,
+)
+from beam_agents.memory._ring import RING_HEADER_BYTES, decode_ring, encode_ring, item_cost
+from beam_agents.metrics import MetricsSink, NoopMetrics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "DEFAULT_MAX_ITEMS",
+    "HARD_CAP_BYTES",
+    "SOFT_CAP_BYTES",
+    "STATE_SCHEMA_VERSION",
+    "Compactor",
+    "Memory",
+]
+
+STATE_SCHEMA_VERSION = 1
+HARD_CAP_BYTES = 1_048_576
+SOFT_CAP_BYTES = HARD_CAP_BYTES * 3 // 4  # 786 432: warn and compact here (M11)
+DEFAULT_MAX_ITEMS = 64
+
+_log = logging.getLogger("beam_agents.memory")
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """Frees working memory when a cap is reached.
+
+    `compact` receives the facade itself, so a strategy can only mutate memory
+    through the guarded API; caps are suspended while it runs so its own
+    writes cannot re-trigger it (M16). Exceptions propagate unmodified (M17).
+    Iterate candidates with `Memory.keys()` and `Memory.entry_size()`, which
+    do not perturb LRU order (M25, M26).
+    """
+
+    def compact(self, memory: Memory) -> None:
+        """Shrink `memory` in place."""
+
+
+class _Entry:
+    """One stored value; `msg` is the untouched message from the loaded blob, if any."""
+
+    __slots__ = ("items", "kind", "last_access_ms", "msg", "size", "value")
+
+    def __init__(self, kind: EntryKind, value: bytes | None, size: int, last_access_ms: int,
+                 msg: MemoryEntry | None = None) -> None:
+        self.kind = kind
+        self.value = value  # encoded bytes; None while a ring's items are newer
+        self.items: deque[bytes] | None = None  # decoded ring items, oldest first
+        self.size = size
+        self.last_access_ms = last_access_ms
+        self.msg = msg
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"memory keys are str, got {type(key).__name__}: {key!r}")
+    if not key:
+        raise ValueError("memory keys must be non-empty")
+    return key
+
+
+def _check_bytes(key: str, value: object, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} for memory key {key!r} must be bytes-like, got {type(value).__name__}")
+
+
+class Memory:
+    """Per-activation working memory: scalars and bounded rings, staged in memory.
+
+    Guarantees (seed 000, invariants 2 and 4):
+        * no I/O and no clock: `now_ms` stamps every access;
+        * `size_bytes` is exact after every operation (M10);
+        * at `SOFT_CAP_BYTES` a warning and `beam_agents.memory:soft_cap_warnings`
+          fire once per facade and the compactor runs (M11, M12);
+        * no write lands past `HARD_CAP_BYTES`: the compactor gets one chance,
+          then `MemoryOverflow` is raised with the write unapplied (M13-M15);
+        * a rejected call changes nothing but compaction effects (M03).
+    """
+
+    __slots__ = (
+        "_compacting",
+        "_compactor",
+        "_dirty",
+        "_entries",
+        "_longterm",
+        "_metrics",
+        "_now_ms",
+        "_size",
+        "_warned",
+    )
+
+    def __init__(
+        self,
+        blob: MemoryBlob | bytes | None = None,
+        *,
+        now_ms: int,
+        compactor: Compactor | None = None,
+        metrics: MetricsSink | None = None,
+        longterm: object | None = None,
+    ) -> None:
+        if isinstance(now_ms, bool) or not isinstance(now_ms, int):
+            raise TypeError(f"now_ms must be an int of milliseconds, got {now_ms!r}")
+        self._now_ms = now_ms
+        self._compactor = compactor
+        self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
+        self._longterm = longterm
+        self._entries: dict[str, _Entry] = {}
+        self._size = 0
+        self._dirty = False
+        self._warned = False
+        self._compacting = False
+        if blob is not None:
+            self._load(blob)
+
+    # -- loading -----------------------------------------------------------------
+
+    def _load(self, blob: MemoryBlob | bytes | bytearray | memoryview) -> None:
+        if isinstance(blob, MemoryBlob):
+            parsed = blob
+        elif isinstance(blob, bytes | bytearray | memoryview):
+            if not blob:
+                return
+            try:
+                parsed = MemoryBlob.FromString(bytes(blob))
+            except DecodeError as exc:
+                raise StateCorruptError(
+                    f"memory blob is not a valid MemoryBlob: {exc}", cell="memory"
+                ) from exc
+        else:
+            raise TypeError(f"blob must be MemoryBlob, bytes or None, got {type(blob).__name__}")
+        self._load_parsed(parsed)
+
+    def _load_parsed(self, blob: MemoryBlob) -> None:
+        version = blob.state_schema_version
+        if version != STATE_SCHEMA_VERSION:
+            if version == 0 and blob.ByteSize() == 0:
+                return  # an empty serialization is a fresh memory
+            raise UnsupportedSchemaVersionError(
+                cell="memory", version=version, supported=(STATE_SCHEMA_VERSION,)
+            )
+        entries, total = self._entries, 0
+        for msg in blob.entries:
+            key, kind = msg.key, msg.kind
+            if not key:
+                raise StateCorruptError("memory blob holds an entry with an empty key",
+                                        cell="memory")
+            if key in entries:
+                raise StateCorruptError(f"memory blob holds key {key!r} twice", cell="memory")
+            if kind not in (ENTRY_KIND_SCALAR, ENTRY_KIND_RING):
+                raise StateCorruptError(
+                    f"memory entry {key!r} has unknown kind {kind}", cell="memory"
+                )
+            value = msg.value
+            entries[key] = _Entry(kind, value, len(value), msg.last_access_ms, msg)
+            total += len(value)
+        if total != blob.total_value_bytes:
+            raise StateCorruptError(
+                f"memory blob says total_value_bytes={blob.total_value_bytes} but its entries "
+                f"hold {total} bytes",
+                cell="memory",
+            )
+        self._size = total
+
+    # -- read-only views -----------------------------------------------------------
+
+    @property
+    def now_ms(self) -> int:
+        """The activation's clock value, stamped on every access."""
+        return self._now_ms
+
+    @property
+    def size_bytes(self) -> int:
+        """Exact sum of stored value sizes, ring encoding included (M10)."""
+        return self._size
+
+    @property
+    def dirty(self) -> bool:
+        """Whether anything changed that the commit must write back (seed 000)."""
+        return self._dirty
+
+    @property
+    def longterm(self) -> object:
+        """The activation-scoped long-term memory handle (explicit access only, M18)."""
+        if self._longterm is None:
+            raise ConfigError(
+                "ctx.memory.longterm is not available: no long-term store is configured. "
+                "Set AgentConfig.longterm_memory (e.g. SqliteLongtermConfig or "
+                "FirestoreLongtermConfig) to enable it.",
+                field="AgentConfig.longterm_memory",
+            )
+        return self._longterm
+
+    def keys(self) -> tuple[str, ...]:
+        """Stored keys, least-recently-used first; never stamps or dirties (M25)."""
+        return tuple(self._entries)
+
+    def entry_size(self, key: str) -> int:
+        """Encoded value size of `key`; never stamps or dirties (M26).
+
+        Raises:
+            KeyError: `key` is absent.
+        """
+        return self._entries[_check_key(key)].size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __repr__(self) -> str:
+        return f"Memory(entries={len(self._entries)}, size_bytes={self._size}, dirty={self._dirty})"
+
+    # -- scalars ---------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        """Return the scalar stored at `key`, or None; a hit becomes most-recently-used.
+
+        Raises:
+            TypeError: `key` holds a ring (M09).
+        """
+        entry = self._entries.get(_check_key(key))
+        if entry is None:
+            return None
+        if entry.kind != ENTRY_KIND_SCALAR:
+            raise TypeError(f"memory key {key!r} holds a ring; read it with ring({key!r})")
+        self._touch(key, entry)
+        assert entry.value is not None  # scalars always hold their bytes
+        return entry.value
+
+    def set(self, key: str, value: bytes) -> None:
+        """Store `value` (empty allowed) at `key`, replacing a scalar or a ring (M04)."""
+        value = _check_bytes(_check_key(key), value, "value")
+        new_size = len(value)
+        self._admit(key, lambda: new_size)
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = _Entry(ENTRY_KIND_SCALAR, value, new_size, self._now_ms)
+            self._size += new_size
+        else:
+            self._size += new_size - entry.size
+            entry.kind, entry.value, entry.items = ENTRY_KIND_SCALAR, value, None
+            entry.size = new_size
+            self._touch(key, entry)
+        self._dirty = True
+        self._after_growth()
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; deleting an absent key is a no-op (M06)."""
+        entry = self._entries.pop(_check_key(key), None)
+        if entry is not None:
+            self._size -= entry.size
+            self._dirty = True
+
+    # -- rings -----------------------------------------------------------------------
+
+    def ring(self, key: str) -> tuple[bytes, ...]:
+        """Items of the ring at `key`, oldest first; an absent key is an empty ring.
+
+        Reading a ring does not stamp it: only get hits, set and append do (seed 000).
+
+        Raises:
+            TypeError: `key` holds a scalar (M09).
+            RingCorruptError: the stored encoding is broken.
+        """
+        entry = self._entries.get(_check_key(key))
+        if entry is None:
+            return ()
+        if entry.kind != ENTRY_KIND_RING:
+            raise TypeError(f"memory key {key!r} holds a scalar; read it with get({key!r})")
+        return tuple(self._items(key, entry))
+
+    def append(self, key: str, item: bytes, max_items: int = DEFAULT_MAX_ITEMS) -> None:
+        """Append `item` to the ring at `key`, dropping the oldest beyond `max_items` (M07, M08).
+
+        Raises:
+            TypeError: `key` holds a scalar (M09), or `item` is not bytes-like.
+            ValueError: `max_items` < 1.
+        """
+        item = _check_bytes(_check_key(key), item, "ring item")
+        if isinstance(max_items, bool) or not isinstance(max_items, int):
+            raise TypeError(f"max_items must be an int, got {max_items!r}")
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        current = self._entries.get(key)
+        if current is not None and current.kind != ENTRY_KIND_RING:
+            raise TypeError(f"memory key {key!r} holds a scalar; append needs a ring")
+
+        def ring_size_after() -> int:
+            entry = self._entries.get(key)
+            if entry is None or entry.kind != ENTRY_KIND_RING:
+                return RING_HEADER_BYTES + item_cost(len(item))  # a scalar is rejected below
+            items = self._items(key, entry)
+            dropped = max(0, len(items) + 1 - max_items)
+            freed = sum(item_cost(len(items[i])) for i in range(dropped))
+            return entry.size + item_cost(len(item)) - freed
+
+        self._admit(key, ring_size_after)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Entry(ENTRY_KIND_RING, None, RING_HEADER_BYTES, self._now_ms)
+            entry.items = deque()
+            self._entries[key] = entry
+            self._size += RING_HEADER_BYTES
+        elif entry.kind != ENTRY_KIND_RING:  # a compactor rewrote the key as a scalar
+            raise TypeError(f"memory key {key!r} holds a scalar; append needs a ring")
+        items = self._items(key, entry)
+        items.append(item)
+        delta = item_cost(len(item))
+        while len(items) > max_items:
+            delta -= item_cost(len(items.popleft()))
+        entry.size += delta
+        self._size += delta
+        entry.value = None
+        self._touch(key, entry)
+        self._after_growth()
+
+    # -- the blob ----------------------------------------------------------------------
+
+    def to_blob(self) -> MemoryBlob:
+        """The staged state as a versioned MemoryBlob, least-recently-used first (M01, M02)."""
+        messages = []
+        for key, entry in self._entries.items():
+            msg = entry.msg
+            if msg is None:
+                if entry.value is None:
+                    assert entry.items is not None
+                    entry.value = encode_ring(entry.items)
+                msg = MemoryEntry(key=key, value=entry.value, last_access_ms=entry.last_access_ms,
+                                  kind=entry.kind)
+                entry.msg = msg
+            messages.append(msg)
+        blob = MemoryBlob(state_schema_version=STATE_SCHEMA_VERSION, total_value_bytes=self._size)
+        blob.entries.extend(messages)
+        return blob
+
+    def to_bytes(self) -> bytes:
+        """`to_blob()` serialized deterministically, as keyed state stores it."""
+        return self.to_blob().SerializeToString(deterministic=True)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _items(self, key: str, entry: _Entry) -> deque[bytes]:
+        if entry.items is None:
+            assert entry.value is not None
+            entry.items = deque(decode_ring(key, entry.value))
+        return entry.items
+
+    def _touch(self, key: str, entry: _Entry) -> None:
+        entry.last_access_ms = self._now_ms
+        entry.msg = None
+        entries = self._entries
+        entries[key] = entries.pop(key)  # move to most-recently-used
+        self._dirty = True
+
+    def _admit(self, key: str, new_size: Callable[[], int]) -> None:
+        """Enforce the hard cap before a write to `key` lands (M13-M15).
+
+        `new_size` is re-evaluated after compaction, which may have changed or
+        removed `key` itself.
+        """
+        if self._compacting:
+            return  # caps are suspended inside compact() (M16)
+        prospective = self._prospective(key, new_size)
+        if prospective <= HARD_CAP_BYTES:
+            return
+        if self._compactor is not None:
+            self._run_compactor()
+            prospective = self._prospective(key, new_size)
+        if prospective > HARD_CAP_BYTES:
+            raise MemoryOverflow(key=key, attempted_size=prospective, cap=HARD_CAP_BYTES)
+
+    def _prospective(self, key: str, new_size: Callable[[], int]) -> int:
+        entry = self._entries.get(key)
+        return self._size - (0 if entry is None else entry.size) + new_size()
+
+    def _after_growth(self) -> None:
+        """Soft-cap handling once a write has landed (M11, M12)."""
+        if self._compacting or self._size < SOFT_CAP_BYTES:
+            return
+        if not self._warned:
+            self._warned = True
+            self._metrics.inc("beam_agents.memory", "soft_cap_warnings")
+            _log.warning(
+                "working memory reached %d bytes, at or above the %d-byte soft cap (75%% of %d); "
+                "compacting",
+                self._size, SOFT_CAP_BYTES, HARD_CAP_BYTES,
+            )
+        self._run_compactor()
+
+    def _run_compactor(self) -> None:
+        if self._compactor is None:
+            return
+        self._compacting = True
+        try:
+            self._compactor.compact(self)
+        finally:
+            self._compacting = False
