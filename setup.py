@@ -1,4 +1,7 @@
-"""Dataflow's launcher and workers install the package through setup.py; the metadata lives in pyproject.toml."""
+"""Dataflow's launcher and workers install the package through setup.py.
+
+The metadata lives in pyproject.toml.
+"""
 
 from setuptools import setup
 
