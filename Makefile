@@ -2,6 +2,7 @@
 PYTHON ?= python3.11
 VENV   := .venv
 LATEST := .venv-beam-latest
+TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
 .PHONY: test lint protos demo clean
@@ -18,12 +19,18 @@ $(LATEST)/.installed: pyproject.toml setup.py
 	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
 	touch $@
 
+# checkov pins dependencies that clash with apache-beam, so it gets its own env.
+$(TOOLS)/.installed: tools/checkov-requirements.txt
+	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/$(PIP) -r tools/checkov-requirements.txt
+	touch $@
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src
 
-test: lint $(LATEST)/.installed
-	$(VENV)/bin/python -m pytest
+test: lint $(LATEST)/.installed $(TOOLS)/.installed
+	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
 	$(LATEST)/bin/python -m pytest tests/unit/memory
 
 protos: $(VENV)/.installed
@@ -34,4 +41,4 @@ demo:
 	@exit 2
 
 clean:
-	rm -rf $(VENV) $(LATEST) out .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) $(TOOLS) out .pytest_cache .hypothesis

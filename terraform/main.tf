@@ -1,0 +1,411 @@
+# beam-agents deployment: the infrastructure a streaming beam-agents pipeline needs on GCP,
+# and optionally the Dataflow flex template job itself.
+#
+#   producers -> input topic -> input subscription -> [Dataflow job] -> intents topic -> intents subscription
+#                                                           |  \-> errors topic -> errors subscription (redrive)
+#                                                           \-> Firestore database (long-term memory upserts)
+#
+# No provider blocks: every resource names its project (and region/location) explicitly, so the
+# module works as a root module and as a child module.
+
+locals {
+  # User labels win over the defaults.
+  labels = merge({ app = "beam-agents", managed-by = "terraform" }, var.labels)
+
+  cmek_enabled = var.kms_key_name != null
+
+  firestore_location = coalesce(var.firestore_location, var.region)
+  model_location     = coalesce(var.model_location, var.region)
+
+  staging_bucket_name    = coalesce(var.staging_bucket_name, "${var.project_id}-${var.name_prefix}-staging")
+  staging_bucket_url     = "gs://${google_storage_bucket.staging.name}"
+  temp_location          = "${local.staging_bucket_url}/temp"
+  staging_location       = "${local.staging_bucket_url}/staging"
+  template_spec_gcs_path = coalesce(var.template_spec_gcs_path, "${local.staging_bucket_url}/templates/beam-agents.json")
+  template_image = join("", [
+    "${google_artifact_registry_repository.templates.location}-docker.pkg.dev/",
+    "${var.project_id}/${google_artifact_registry_repository.templates.repository_id}/",
+    "${var.template_image_name}:${var.template_image_tag}",
+  ])
+
+  worker_member = "serviceAccount:${google_service_account.worker.email}"
+}
+
+# ---------------------------------------------------------------------------
+# APIs
+# ---------------------------------------------------------------------------
+
+resource "google_project_service" "enabled" {
+  for_each = toset([
+    "aiplatform.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "dataflow.googleapis.com",
+    "firestore.googleapis.com",
+    "iam.googleapis.com", # the worker service account
+    "pubsub.googleapis.com",
+    "storage.googleapis.com",
+  ])
+
+  project = var.project_id
+  service = each.value
+
+  # Other workloads in the project may use these APIs; destroying this stack must not break them.
+  disable_on_destroy = false
+}
+
+# ---------------------------------------------------------------------------
+# Optional CMEK: the Google service agents that encrypt on our behalf need the key.
+# ---------------------------------------------------------------------------
+
+data "google_project" "this" {
+  count      = local.cmek_enabled ? 1 : 0
+  project_id = var.project_id
+}
+
+# These agents may not exist until something creates them; the CMEK grants below need them.
+resource "google_project_service_identity" "cmek" {
+  provider = google-beta
+  for_each = local.cmek_enabled ? toset(["artifactregistry", "firestore", "pubsub"]) : toset([])
+
+  project = var.project_id
+  service = "${each.key}.googleapis.com"
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Reading it creates the Cloud Storage service agent when the project has none yet.
+data "google_storage_project_service_account" "gcs" {
+  count   = local.cmek_enabled ? 1 : 0
+  project = var.project_id
+
+  depends_on = [google_project_service.enabled]
+}
+
+locals {
+  # Evaluated only when CMEK is on (HCL discards errors from the branch not taken).
+  cmek_key_users = local.cmek_enabled ? {
+    artifactregistry = google_project_service_identity.cmek["artifactregistry"].email
+    firestore        = google_project_service_identity.cmek["firestore"].email
+    pubsub           = google_project_service_identity.cmek["pubsub"].email
+    storage          = data.google_storage_project_service_account.gcs[0].email_address
+    # The Dataflow job encrypts its state and the worker disks with the key.
+    dataflow = "service-${data.google_project.this[0].number}@dataflow-service-producer-prod.iam.gserviceaccount.com"
+    compute  = "service-${data.google_project.this[0].number}@compute-system.iam.gserviceaccount.com"
+  } : {}
+}
+
+resource "google_kms_crypto_key_iam_member" "service_agents" {
+  for_each = local.cmek_enabled ? toset(["artifactregistry", "compute", "dataflow", "firestore", "pubsub", "storage"]) : toset([])
+
+  crypto_key_id = var.kms_key_name
+  role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+  member        = "serviceAccount:${local.cmek_key_users[each.key]}"
+}
+
+# ---------------------------------------------------------------------------
+# Firestore: the long-term memory store (DESIGN invariant 5: seq-guarded upserts)
+# ---------------------------------------------------------------------------
+
+resource "google_firestore_database" "memory" {
+  project     = var.project_id
+  name        = var.firestore_database_id
+  location_id = local.firestore_location
+  type        = "FIRESTORE_NATIVE"
+
+  # Long-term memory is the one durable external effect of the pipeline: keep 7 days of
+  # point-in-time history, and refuse deletion.
+  point_in_time_recovery_enablement = "POINT_IN_TIME_RECOVERY_ENABLED"
+  delete_protection_state           = "DELETE_PROTECTION_ENABLED"
+  # terraform destroy only forgets the database; the data outlives the stack.
+  deletion_policy = "ABANDON"
+
+  dynamic "cmek_config" {
+    for_each = local.cmek_enabled ? [var.kms_key_name] : []
+    content {
+      kms_key_name = cmek_config.value
+    }
+  }
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+# ---------------------------------------------------------------------------
+# Pub/Sub: every topic has a subscription, so nothing published is lost (invariant 8).
+# ---------------------------------------------------------------------------
+
+resource "google_pubsub_topic" "input" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-events"
+  labels                     = local.labels
+  kms_key_name               = var.kms_key_name
+  message_retention_duration = var.message_retention_duration
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+resource "google_pubsub_topic" "intents" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-intents"
+  labels                     = local.labels
+  kms_key_name               = var.kms_key_name
+  message_retention_duration = var.message_retention_duration
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+# Dead letters: one ErrorRecord per failed activation, carrying the original event bytes.
+resource "google_pubsub_topic" "errors" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-errors"
+  labels                     = local.labels
+  kms_key_name               = var.kms_key_name
+  message_retention_duration = var.message_retention_duration
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+# The subscription the pipeline reads.
+resource "google_pubsub_subscription" "input" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-events-pipeline"
+  topic                      = google_pubsub_topic.input.id
+  labels                     = local.labels
+  message_retention_duration = var.message_retention_duration
+
+  # A stopped or drained pipeline must not lose its subscription (and its backlog).
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_subscription" "intents" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-intents-consumer"
+  topic                      = google_pubsub_topic.intents.id
+  labels                     = local.labels
+  message_retention_duration = var.message_retention_duration
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_subscription" "errors" {
+  project                    = var.project_id
+  name                       = "${var.name_prefix}-errors-redrive"
+  topic                      = google_pubsub_topic.errors.id
+  labels                     = local.labels
+  message_retention_duration = var.message_retention_duration
+  # Inspecting a dead letter acknowledges it; keeping acked messages lets an operator seek back
+  # and redrive them to the input topic within the retention window.
+  retain_acked_messages = true
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# ---------------------------------------------------------------------------
+# Staging bucket: Dataflow temp/staging files and the flex template spec
+# ---------------------------------------------------------------------------
+
+resource "google_storage_bucket" "staging" {
+  #checkov:skip=CKV_GCP_62:Access logs would need a second bucket; Cloud Audit Logs already record access to this bucket, which holds only Dataflow scratch files and the template spec.
+  project  = var.project_id
+  name     = local.staging_bucket_name
+  location = var.region
+  labels   = local.labels
+
+  force_destroy               = var.force_destroy
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+
+  versioning {
+    enabled = true
+  }
+
+  # Dataflow leaves temp files behind; staging/ is kept because a running streaming job's
+  # new workers still fetch their packages from it.
+  lifecycle_rule {
+    condition {
+      age            = var.temp_object_max_age_days
+      matches_prefix = ["temp/"]
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # Versioning turns every delete into a noncurrent version; expire those too.
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = var.noncurrent_object_max_age_days
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  dynamic "encryption" {
+    for_each = local.cmek_enabled ? [var.kms_key_name] : []
+    content {
+      default_kms_key_name = encryption.value
+    }
+  }
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+# ---------------------------------------------------------------------------
+# Artifact Registry: the flex template launcher image
+# ---------------------------------------------------------------------------
+
+resource "google_artifact_registry_repository" "templates" {
+  project       = var.project_id
+  location      = var.region
+  repository_id = var.artifact_repository_id
+  format        = "DOCKER"
+  description   = "beam-agents Dataflow flex template images"
+  labels        = local.labels
+  kms_key_name  = var.kms_key_name
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
+}
+
+# ---------------------------------------------------------------------------
+# Dataflow worker identity and least-privilege IAM (additive *_iam_member only)
+# ---------------------------------------------------------------------------
+
+resource "google_service_account" "worker" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-worker"
+  display_name = "beam-agents Dataflow worker"
+  description  = "Runs the beam-agents flex template launcher and Dataflow workers."
+
+  depends_on = [google_project_service.enabled]
+}
+
+# Roles that have no narrower resource to bind to.
+resource "google_project_iam_member" "worker" {
+  for_each = toset(["roles/dataflow.worker", "roles/aiplatform.user"])
+
+  project = var.project_id
+  role    = each.value
+  member  = local.worker_member
+}
+
+# Granted on the project, but the condition confines it to this one Firestore database.
+resource "google_project_iam_member" "worker_firestore" {
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = local.worker_member
+
+  condition {
+    title       = "only-${google_firestore_database.memory.name}"
+    description = "Limits the worker to the beam-agents Firestore database."
+    expression  = "resource.name == \"projects/${var.project_id}/databases/${google_firestore_database.memory.name}\""
+  }
+}
+
+resource "google_pubsub_subscription_iam_member" "worker_input_subscriber" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.input.name
+  role         = "roles/pubsub.subscriber"
+  member       = local.worker_member
+}
+
+# Dataflow reads the subscription's metadata (ack deadline, topic) before pulling.
+resource "google_pubsub_subscription_iam_member" "worker_input_viewer" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.input.name
+  role         = "roles/pubsub.viewer"
+  member       = local.worker_member
+}
+
+resource "google_pubsub_topic_iam_member" "worker_intents_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.intents.name
+  role    = "roles/pubsub.publisher"
+  member  = local.worker_member
+}
+
+resource "google_pubsub_topic_iam_member" "worker_errors_publisher" {
+  project = var.project_id
+  topic   = google_pubsub_topic.errors.name
+  role    = "roles/pubsub.publisher"
+  member  = local.worker_member
+}
+
+resource "google_storage_bucket_iam_member" "worker_staging" {
+  bucket = google_storage_bucket.staging.name
+  role   = "roles/storage.objectAdmin"
+  member = local.worker_member
+}
+
+# The flex template launcher VM runs as the worker and pulls the template image.
+resource "google_artifact_registry_repository_iam_member" "worker_reader" {
+  project    = var.project_id
+  location   = google_artifact_registry_repository.templates.location
+  repository = google_artifact_registry_repository.templates.name
+  role       = "roles/artifactregistry.reader"
+  member     = local.worker_member
+}
+
+# ---------------------------------------------------------------------------
+# Optional: the streaming job
+# ---------------------------------------------------------------------------
+
+resource "google_dataflow_flex_template_job" "pipeline" {
+  provider = google-beta
+  count    = var.create_job ? 1 : 0
+
+  project                 = var.project_id
+  region                  = var.region
+  name                    = var.job_name
+  container_spec_gcs_path = local.template_spec_gcs_path
+  service_account_email   = google_service_account.worker.email
+  temp_location           = local.temp_location
+  staging_location        = local.staging_location
+  enable_streaming_engine = true
+  ip_configuration        = "WORKER_IP_PRIVATE"
+  subnetwork              = var.subnetwork
+  max_workers             = var.max_workers
+  machine_type            = var.machine_type
+  kms_key_name            = var.kms_key_name
+  labels                  = local.labels
+  # Draining finishes in-flight activations, so nothing is lost on destroy (invariant 8).
+  on_delete = "drain"
+
+  # The names the flex template metadata declares (tests/terraform pins this set).
+  parameters = {
+    input_subscription   = google_pubsub_subscription.input.id
+    output_topic         = google_pubsub_topic.intents.id
+    errors_topic         = google_pubsub_topic.errors.id
+    agent                = var.agent
+    model_provider       = var.model_provider
+    model_id             = var.model_id
+    model_location       = local.model_location
+    firestore_project    = google_firestore_database.memory.project
+    firestore_database   = google_firestore_database.memory.name
+    firestore_collection = var.firestore_collection
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.agent != null && var.model_id != null
+      error_message = "create_job = true needs agent and model_id to be set."
+    }
+  }
+
+  depends_on = [
+    google_project_iam_member.worker,
+    google_project_iam_member.worker_firestore,
+    google_pubsub_subscription_iam_member.worker_input_subscriber,
+    google_pubsub_subscription_iam_member.worker_input_viewer,
+    google_pubsub_topic_iam_member.worker_intents_publisher,
+    google_pubsub_topic_iam_member.worker_errors_publisher,
+    google_storage_bucket_iam_member.worker_staging,
+    google_artifact_registry_repository_iam_member.worker_reader,
+    google_kms_crypto_key_iam_member.service_agents,
+  ]
+}
