@@ -31,14 +31,22 @@ lint: $(VENV)/.installed
 
 test: lint $(LATEST)/.installed $(TOOLS)/.installed
 	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
-	$(LATEST)/bin/python -m pytest tests/unit/memory
+	$(LATEST)/bin/python -m pytest tests/unit/memory tests/unit/model tests/unit/runtime tests/beam
 
 protos: $(VENV)/.installed
 	$(VENV)/bin/python tools/gen_protos.py
 
-demo:
-	@echo "make demo arrives with the activation runtime; see README." >&2
-	@exit 2
+# The main job: the example support agent over examples/events.jsonl on the
+# DirectRunner with the local model; intents and dead letters land in out/.
+demo: $(VENV)/.installed
+	rm -rf out
+	$(VENV)/bin/python -m beam_agents run \
+	    --input_files examples/events.jsonl \
+	    --output_path out/intents.jsonl \
+	    --errors_path out/errors.jsonl \
+	    --agent examples.support_agent:agent
+	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
+	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(TOOLS) out .pytest_cache .hypothesis

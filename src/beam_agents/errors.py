@@ -5,6 +5,7 @@ split by who has to act on it::
 
     BeamAgentsError
     ├── ConfigError                   the user: fix configuration or the agent reference
+    ├── EventDecodeError              the producer: an input element is not a valid event
     ├── StateError                    the operator: a keyed-state blob cannot be read (invariant 8)
     │   ├── StateCorruptError         malformed bytes, broken accounting, duplicate keys
     │   │   └── RingCorruptError      a ring entry's encoding is broken; names the key
@@ -33,6 +34,7 @@ __all__ = [
     "ActivationTimeoutError",
     "BeamAgentsError",
     "ConfigError",
+    "EventDecodeError",
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
@@ -58,6 +60,14 @@ class BeamAgentsError(Exception):
 
 class ConfigError(BeamAgentsError, ValueError):
     """A configuration value is unknown, missing or out of range; names the field."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class EventDecodeError(BeamAgentsError, ValueError):
+    """An input element could not be decoded into an AgentEvent; names the field."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-CORE = ["beam_agents.memory"]
+CORE = ["beam_agents.memory", "beam_agents.model", "beam_agents.runtime", "beam_agents.metrics",
+        "beam_agents.errors"]
 
 PROBE = """
 import importlib, sys

@@ -11,6 +11,26 @@ PUBLIC = {
         "DEFAULT_MAX_ITEMS", "HARD_CAP_BYTES", "SOFT_CAP_BYTES", "STATE_SCHEMA_VERSION",
         "Compactor", "LruCompactor", "Memory", "MemoryOverflow", "RingCorruptError",
     ],
+    "beam_agents.model": [
+        "MAX_BLOB_BYTES", "MAX_ENTRIES", "TTL_MS", "BreakerConfig", "BreakerRegistry",
+        "BreakerState", "CachedResponse", "CircuitBreaker", "Message", "ModelConfig",
+        "ModelFacade", "ModelProvider", "ModelRequest", "ModelResponse", "ReplayCache",
+        "ToolCall", "compute_cache_key",
+    ],
+    "beam_agents.model.providers": [
+        "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
+    ],
+    "beam_agents.runtime": [
+        "ActivationRuntime", "AgentConfig", "AgentContext", "Committed", "Failed",
+        "IntentTooLargeError", "KeyedState", "Outcome", "decode_event", "decode_event_json",
+        "decode_event_proto", "encode_payload", "error_from_json", "error_record",
+        "error_to_json", "event_to_json", "intent_to_json", "load_agent", "stage_of",
+        "start_runtime",
+    ],
+    "beam_agents.beam": [
+        "ERRORS", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics", "DecodeEvents",
+        "agent_config_from_options", "build_pipeline", "check_io", "run",
+    ],
 }
 
 

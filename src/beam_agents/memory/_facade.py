@@ -218,6 +218,11 @@ class Memory:
         return self._dirty
 
     @property
+    def has_longterm(self) -> bool:
+        """Whether a long-term store is configured, so `longterm` is usable."""
+        return self._longterm is not None
+
+    @property
     def longterm(self) -> object:
         """The activation-scoped long-term memory handle (explicit access only, M18)."""
         if self._longterm is None:

@@ -1,0 +1,18 @@
+"""The Beam adapter: AgentDoFn, the pipeline, its options, and Beam-bound metrics."""
+
+from beam_agents.beam._dofn import ERRORS, AgentDoFn
+from beam_agents.beam._metrics import BeamMetrics
+from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
+from beam_agents.beam._pipeline import DecodeEvents, build_pipeline, run
+
+__all__ = [
+    "ERRORS",
+    "AgentDoFn",
+    "AgentPipelineOptions",
+    "BeamMetrics",
+    "DecodeEvents",
+    "agent_config_from_options",
+    "build_pipeline",
+    "check_io",
+    "run",
+]

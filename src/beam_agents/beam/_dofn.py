@@ -1,0 +1,87 @@
+"""AgentDoFn: the stateful DoFn that hosts the activation core on Beam.
+
+It only translates: keyed state in, `ActivationRuntime.activate`, outcome
+out. Three ReadModifyWriteState cells hold the entity's state; a committed
+outcome writes the dirty blobs and the new seq and emits intents on the main
+output; a failed one emits its error record on the ``errors`` output and
+writes nothing, so a corrupt blob is never overwritten (invariants 1, 8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder, VarIntCoder
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.beam._metrics import BeamMetrics
+from beam_agents.runtime import (
+    ActivationRuntime,
+    AgentConfig,
+    Committed,
+    KeyedState,
+    error_to_json,
+    intent_to_json,
+    start_runtime,
+)
+
+__all__ = ["ERRORS", "AgentDoFn"]
+
+#: The tag of the errors (dead-letter) output.
+ERRORS = "errors"
+
+
+class AgentDoFn(beam.DoFn):
+    """Runs one activation per ``(entity_key, AgentEvent bytes)`` element.
+
+    Outputs canonical JSON lines: intents on the main output, error records on
+    the ``errors`` tagged output. The provider and store clients are built in
+    `setup` and closed in `teardown`, once per DoFn instance.
+    """
+
+    MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
+    LLM_CACHE = ReadModifyWriteStateSpec("llm_cache", BytesCoder())
+    SEQ = ReadModifyWriteStateSpec("seq", VarIntCoder())
+
+    def __init__(self, config: AgentConfig) -> None:
+        super().__init__()
+        self._config = config
+        self._runtime: ActivationRuntime | None = None
+        self._metrics = BeamMetrics()
+
+    def setup(self) -> None:
+        """Build the clients once per DoFn instance."""
+        self._metrics = BeamMetrics()
+        self._runtime = start_runtime(self._config, metrics=self._metrics)
+
+    def process(
+        self,
+        element: tuple[bytes, bytes],
+        memory: Any = beam.DoFn.StateParam(MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(SEQ),
+    ) -> Iterator[Any]:
+        """Activate for one event and apply the outcome to state and outputs."""
+        assert self._runtime is not None, "setup() was not called"
+        state = KeyedState(memory=memory.read(), llm_cache=llm_cache.read(), seq=seq.read() or 0)
+        outcome = self._runtime.activate(state, AgentEvent.FromString(element[1]))
+        self._metrics.flush()
+        if isinstance(outcome, Committed):
+            if outcome.memory is not None:
+                memory.write(outcome.memory)
+            if outcome.llm_cache is not None:
+                llm_cache.write(outcome.llm_cache)
+            seq.write(outcome.seq)
+            for intent in outcome.intents:
+                yield intent_to_json(intent)
+        else:
+            yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(outcome.error))
+
+    def teardown(self) -> None:
+        """Close the clients."""
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None

@@ -1,0 +1,164 @@
+r"""The ``beam-agents`` command: run the pipeline, read and redrive dead letters.
+
+    beam-agents run --input_files events.jsonl --output_path out/intents.jsonl \\
+        --errors_path out/errors.jsonl --agent examples.support_agent:agent
+    beam-agents errors show out/errors.jsonl
+    beam-agents errors redrive out/errors.jsonl -o redrive.jsonl
+
+``run`` takes every Beam pipeline flag (``--runner``, ``--flink_master``, ...)
+besides the agent pipeline's own (see ``beam-agents run --help``) and ends with
+a summary of the run's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.errors import BeamAgentsError, EventDecodeError
+from beam_agents.runtime import error_from_json, event_to_json
+
+__all__ = ["main", "redrive_lines"]
+
+SUMMARY_COUNTERS = (
+    ("events read", "beam_agents.runtime", "events", None),
+    ("activations committed", "beam_agents.runtime", "committed", None),
+    ("model calls", "beam_agents.model", "provider_calls", None),
+    ("replay-cache hits", "beam_agents.model", "cache_hits", None),
+    ("soft-cap warnings", "beam_agents.memory", "soft_cap_warnings", None),
+)
+
+
+def _error_lines(path: str) -> Iterator[tuple[int, ErrorRecord]]:
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield number, error_from_json(line)
+                except EventDecodeError as exc:
+                    raise EventDecodeError(f"{path}:{number}: {exc}") from exc
+
+
+def redrive_lines(records: Sequence[ErrorRecord]) -> list[bytes]:
+    """Turn dead letters back into input lines, so nothing is lost (invariant 8).
+
+    Activation failures carry the serialized AgentEvent and become a JSON
+    input line again; DECODE failures carry the raw input, returned as it was
+    for the producer (or a person) to repair.
+    """
+    lines = []
+    for record in records:
+        if record.stage == ErrorRecord.STAGE_DECODE:
+            lines.append(record.event.rstrip(b"\n"))
+        else:
+            lines.append(event_to_json(AgentEvent.FromString(record.event)))
+    return lines
+
+
+def _show(path: str) -> int:
+    by_stage: Counter[str] = Counter()
+    for number, record in _error_lines(path):
+        stage = ErrorRecord.Stage.Name(record.stage).removeprefix("STAGE_")
+        by_stage[stage] += 1
+        who = record.entity_key.decode(errors="replace") or "-"
+        retry = "retriable" if record.retriable else "permanent"
+        print(f"{path}:{number}  {stage:<15} {who}  seq={record.seq}  "
+              f"event={record.event_id or '-'}  ({retry})")
+        print(f"    {record.error_type}: {record.message}")
+    total = sum(by_stage.values())
+    summary = ", ".join(f"{stage} {count}" for stage, count in sorted(by_stage.items()))
+    print(f"{total} dead letter(s){': ' + summary if summary else ''}")
+    return 0
+
+
+def _redrive(path: str, output: str | None) -> int:
+    lines = redrive_lines([record for _, record in _error_lines(path)])
+    data = b"".join(line + b"\n" for line in lines)
+    if output:
+        Path(output).write_bytes(data)
+        print(f"wrote {len(lines)} input line(s) to {output}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(data)
+    return 0
+
+
+def _run(argv: list[str]) -> int:
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+
+    from beam_agents.beam import AgentPipelineOptions, run  # noqa: PLC0415
+
+    if any(flag in argv for flag in ("-h", "--help")):
+        parser = argparse.ArgumentParser(prog="beam-agents run",
+                                         description="Run the agent pipeline.")
+        AgentPipelineOptions._add_argparse_args(parser)
+        parser.print_help()
+        print("\nAny Apache Beam pipeline option (--runner, --project, --flink_master, ...) "
+              "is accepted as well.")
+        return 0
+    sys.path.insert(0, os.getcwd())  # agents in the working tree, like `python -m`
+    # Client libraries pulled in by apache-beam[gcp] warn about future Python and
+    # grpcio support on import; that is not this run's business.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    opts = PipelineOptions(argv).view_as(AgentPipelineOptions)
+    for path in (opts.output_path, opts.errors_path):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    print("running the agent pipeline ...", file=sys.stderr)
+    result = run(argv, progress_every=100)
+    print(file=sys.stderr)
+    _summarize(result)
+    return 0
+
+
+def _summarize(result: object) -> None:
+    from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
+
+    counters: Counter[tuple[str, str]] = Counter()
+    for item in result.metrics().query(MetricsFilter())["counters"]:  # type: ignore[attr-defined]
+        counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
+    print("summary")
+    for label, namespace, name, _ in SUMMARY_COUNTERS:
+        print(f"  {label:<24}{counters[(namespace, name)]:>8}")
+    errors = sorted((name.removeprefix("errors_"), count) for (namespace, name), count
+                    in counters.items() if namespace == "beam_agents.runtime"
+                    and name.startswith("errors_"))
+    print(f"  {'errors by stage':<24}{sum(c for _, c in errors):>8}")
+    for stage, count in sorted(errors):
+        print(f"    {stage:<22}{count:>8}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``beam-agents``; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="beam-agents", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="run the agent pipeline (see: beam-agents run --help)",
+                        add_help=False)
+    errors = commands.add_parser("errors", help="read or redrive dead letters")
+    actions = errors.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", help="render a dead-letter JSONL file for a person")
+    show.add_argument("file")
+    redrive = actions.add_parser("redrive", help="turn dead letters back into input lines")
+    redrive.add_argument("file")
+    redrive.add_argument("-o", "--output", help="write here instead of stdout")
+    if args[:1] == ["run"]:
+        return _guarded(lambda: _run(args[1:]))
+    parsed = parser.parse_args(args)
+    if parsed.action == "show":
+        return _guarded(lambda: _show(parsed.file))
+    return _guarded(lambda: _redrive(parsed.file, parsed.output))
+
+
+def _guarded(command: object) -> int:
+    try:
+        return command()  # type: ignore[operator, no-any-return]
+    except (BeamAgentsError, OSError) as exc:
+        print(f"beam-agents: {exc}", file=sys.stderr)
+        return 2

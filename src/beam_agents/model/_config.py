@@ -1,0 +1,190 @@
+"""Model and circuit-breaker configuration: picklable values, validated on creation.
+
+Configs travel inside pickled DoFns, so they hold plain values and no
+clients. The library never reads environment variables: an entry point maps
+its options (and, if it wants, ``GOOGLE_API_KEY``) onto `ModelConfig` in one
+place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from beam_agents.errors import ConfigError
+
+__all__ = ["PROVIDERS", "BreakerConfig", "ModelConfig"]
+
+PROVIDERS = frozenset({"local", "gemini", "openai"})
+
+# Which optional settings each provider reads; setting one the chosen
+# provider ignores is almost always a mistake, so it is rejected.
+_PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
+    "local": frozenset({"script_path", "latency_ms"}),
+    "gemini": frozenset({"project", "location", "api_key", "base_url", "timeout_s"}),
+    "openai": frozenset({"api_key", "base_url", "timeout_s"}),
+}
+_DEFAULT_LOCAL_MODEL_ID = "local"
+_DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
+
+
+def _require_number(name: str, value: object, low: float, high: float, *,
+                    low_inclusive: bool, integer: bool = False) -> None:
+    kind = "an int" if integer else "a number"
+    is_num = isinstance(value, int) if integer else isinstance(value, (int, float))
+    bound = f"{'[' if low_inclusive else '('}{low:g}, {high:g}]"
+    if not is_num or isinstance(value, bool):
+        raise ConfigError(f"{name} must be {kind} in {bound}, got {value!r}", field=name)
+    assert isinstance(value, (int, float))
+    too_low = value < low if low_inclusive else value <= low
+    if too_low or value > high or (isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{name} must be {kind} in {bound}, got {value!r}", field=name)
+
+
+def _check_keys(cls: type, data: Mapping[str, Any], prefix: str) -> None:
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in data if k not in allowed)
+    if unknown:
+        names = ", ".join(prefix + k for k in unknown)
+        raise ConfigError(
+            f"unknown {cls.__name__} keys: {names}; allowed: {', '.join(sorted(allowed))}",
+            field=prefix + unknown[0],
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerConfig:
+    """When a model's circuit breaker opens, and how long it stays open.
+
+    Attributes:
+        failure_threshold: Consecutive retriable failures that open the breaker,
+            in [1, 1000].
+        cooldown_s: Seconds the breaker stays open before one trial call is
+            let through, in (0, 3600].
+    """
+
+    failure_threshold: int = 5
+    cooldown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _require_number("breaker.failure_threshold", self.failure_threshold, 1, 1000,
+                         low_inclusive=True, integer=True)
+        _require_number("breaker.cooldown_s", self.cooldown_s, 0, 3600, low_inclusive=False)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> BreakerConfig:
+        """Build from a plain mapping; unknown keys raise ConfigError naming each."""
+        _check_keys(cls, data, "breaker.")
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """Which model an agent calls and how; validated, picklable, client-free.
+
+    Attributes:
+        provider: ``"local"`` (deterministic, embedded default), ``"gemini"``
+            (google-genai: Vertex AI when `project` is set, otherwise the
+            Gemini API with `api_key`) or ``"openai"`` (any OpenAI-compatible
+            ``/v1/chat/completions`` endpoint: vLLM, Ollama, OpenAI).
+        model_id: The model name; part of the replay cache key. Defaults to
+            ``"local"`` for the local provider, required otherwise.
+        project: Google Cloud project (gemini on Vertex AI).
+        location: Vertex AI region, e.g. ``"us-central1"`` (required with project).
+        api_key: Gemini API key, or the bearer token of an OpenAI-compatible
+            server. Never shown in ``repr``.
+        base_url: Endpoint root without ``/v1`` (openai; defaults to
+            https://api.openai.com), or an endpoint override (gemini). A
+            trailing ``/v1`` or ``/`` is dropped.
+        timeout_s: Per-request timeout in seconds, in (0, 600].
+        script_path: JSONL file of scripted replies for the local provider.
+        latency_ms: Artificial latency of the local provider, in [0, 60000];
+            for benchmarks.
+        breaker: The model's circuit-breaker settings.
+    """
+
+    provider: str = "local"
+    model_id: str = ""
+    project: str | None = None
+    location: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = None
+    timeout_s: float = 60.0
+    script_path: str | None = None
+    latency_ms: int = 0
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            raise ConfigError(f"provider must be one of {sorted(PROVIDERS)}, got "
+                              f"{self.provider!r}", field="provider")
+        for name in ("project", "location", "api_key", "base_url", "script_path"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"{name} must be a non-empty str or None", field=name)
+        if not isinstance(self.model_id, str):
+            raise ConfigError("model_id must be a str", field="model_id")
+        if not self.model_id:
+            if self.provider != "local":
+                raise ConfigError(f"model_id is required for provider {self.provider!r}",
+                                  field="model_id")
+            object.__setattr__(self, "model_id", _DEFAULT_LOCAL_MODEL_ID)
+        _require_number("timeout_s", self.timeout_s, 0, 600, low_inclusive=False)
+        _require_number("latency_ms", self.latency_ms, 0, 60_000, low_inclusive=True,
+                        integer=True)
+        if not isinstance(self.breaker, BreakerConfig):
+            raise ConfigError("breaker must be a BreakerConfig", field="breaker")
+        self._check_provider_fields()
+        if self.base_url is not None:
+            object.__setattr__(self, "base_url", _normalise_base_url(self.base_url))
+        elif self.provider == "openai":
+            object.__setattr__(self, "base_url", _DEFAULT_OPENAI_BASE_URL)
+
+    def _check_provider_fields(self) -> None:
+        defaults = {f.name: f.default for f in fields(self)}
+        allowed = _PROVIDER_FIELDS[self.provider]
+        for name in ("project", "location", "api_key", "base_url", "timeout_s",
+                     "script_path", "latency_ms"):
+            if name not in allowed and getattr(self, name) != defaults[name]:
+                raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
+                                  f"remove it (that provider reads: {sorted(allowed)})",
+                                  field=name)
+        if self.provider == "gemini":
+            if self.project is not None:
+                if self.location is None:
+                    raise ConfigError("location is required with project (Vertex AI), e.g. "
+                                      "'us-central1'", field="location")
+                if self.api_key is not None:
+                    raise ConfigError("set either project+location (Vertex AI, application "
+                                      "default credentials) or api_key, not both",
+                                      field="api_key")
+            elif self.api_key is None:
+                raise ConfigError("gemini needs project+location (Vertex AI) or api_key "
+                                  "(Gemini API)", field="project")
+            elif self.location is not None:
+                raise ConfigError("location is only used with project (Vertex AI)",
+                                  field="location")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ModelConfig:
+        """Build from a plain mapping (``breaker`` may be a nested mapping).
+
+        Raises:
+            ConfigError: On unknown keys (each one named) or invalid values.
+        """
+        _check_keys(cls, data, "")
+        values = dict(data)
+        breaker = values.get("breaker")
+        if isinstance(breaker, Mapping):
+            values["breaker"] = BreakerConfig.from_mapping(breaker)
+        return cls(**values)
+
+
+def _normalise_base_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url must start with http:// or https://, got {url!r}",
+                          field="base_url")
+    url = url.rstrip("/")
+    return url.removesuffix("/v1")

@@ -1,0 +1,208 @@
+"""The model facade an agent calls as ``ctx.model``: replay cache, then breaker, then provider.
+
+One facade serves one activation, ``(entity_key, seq)``. Every call runs in
+the order invariant 3 fixes:
+
+1. compute the cache key over the request and ``(entity_key, seq)``;
+2. look it up in the replay cache; a full hit is returned as is, without
+   touching the breaker or the provider, so a replayed activation sees the
+   responses of its first run even while the provider is down;
+3. on a miss, ask the circuit breaker, call the provider once and report
+   the outcome to the breaker;
+4. stage the canonical response bytes in the cache.
+
+A digest-only entry (a response too large to keep, seed 002) cannot be
+replayed, so the provider is called again and the fresh response is compared
+with the stored digest; a mismatch is counted as
+``beam_agents.model:replay_divergence`` and logged once per facade, never
+silently accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from beam_agents.errors import ProviderUnavailable, StateCorruptError
+from beam_agents.metrics import MetricsSink
+from beam_agents.model._breaker import CircuitBreaker
+from beam_agents.model._cache_key import compute_cache_key
+from beam_agents.model._provider import ModelProvider
+from beam_agents.model._replay_cache import ReplayCache
+from beam_agents.model._types import Message, ModelRequest, ModelResponse
+
+__all__ = ["METRICS_NAMESPACE", "ModelFacade", "RunSync"]
+
+_log = logging.getLogger(__name__)
+
+METRICS_NAMESPACE = "beam_agents.model"
+
+#: Drives a coroutine to completion from synchronous code.
+RunSync = Callable[[Coroutine[Any, Any, ModelResponse]], ModelResponse]
+
+
+class ModelFacade:
+    """Memoised model access for one activation; replays are byte-identical (invariant 3).
+
+    Two identical requests within one activation share one cache key (the
+    key covers the request and ``(entity_key, seq)`` only), so the second
+    call replays the first response instead of asking the model again. To
+    get a second, independent answer in the same activation, make the
+    request differ, e.g. pass a different ``seed`` or add a message.
+
+    Args:
+        cache: The activation's replay cache (staged in memory only).
+        provider: The model backend, shared by the worker.
+        breaker: The model's circuit breaker, shared by the worker.
+        metrics: Where the ``beam_agents.model`` counters go.
+        entity_key: The key of the entity this activation runs for.
+        seq: The activation number being run.
+        run_sync: How `complete` drives `acomplete` from sync code. The
+            default, `asyncio.run`, starts a fresh event loop per call; a
+            runtime that keeps a worker loop should pass its own.
+    """
+
+    def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
+                 breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
+                 run_sync: RunSync | None = None) -> None:
+        if not isinstance(entity_key, bytes):
+            raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
+        self._cache = cache
+        self._provider = provider
+        self._breaker = breaker
+        self._metrics = metrics
+        self._entity_key = entity_key
+        self._seq = seq
+        self._run_sync = run_sync
+        self._divergence_logged = False
+        self._key_locks: dict[str, asyncio.Lock] = {}
+
+    @property
+    def model_id(self) -> str:
+        """The model this facade calls; part of every cache key."""
+        return self._provider.model_id
+
+    async def acomplete(self, messages: Sequence[Message], *,
+                        tools: Sequence[Mapping[str, Any]] | None = None,
+                        **sampling: Any) -> ModelResponse:
+        """Answer `messages`, from the replay cache when this activation already asked.
+
+        Args:
+            messages: OpenAI-style ``{"role": ..., "content": ...}`` mappings.
+            tools: Function specs, OpenAI form (``{"type": "function",
+                "function": {...}}``) or bare (``{"name": ..., "parameters": ...}``).
+            **sampling: ``temperature``, ``top_p``, ``top_k``, ``max_tokens``,
+                ``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``.
+
+        Returns:
+            The response; ``cached`` is True when the replay cache served it.
+
+        Raises:
+            TypeError: Malformed messages/tools, or non-JSON values in them.
+            ValueError: Unknown roles or sampling keys, NaN/Infinity.
+            ProviderUnavailable: Breaker open, or a retriable provider failure.
+            ProviderRejected: The provider refused the request.
+            StateCorruptError: The cached response for this call does not decode.
+        """
+        request = ModelRequest(model_id=self._provider.model_id, messages=messages,
+                               tools=() if tools is None else tools, sampling=sampling)
+        key = compute_cache_key(request.model_id, list(request.messages), list(request.tools),
+                                dict(request.sampling), self._entity_key, self._seq)
+        # Identical requests awaited concurrently (asyncio.gather) queue on one
+        # lock, so the second finds the first's response staged and replays
+        # it, exactly as it would sequentially.
+        async with self._key_locks.setdefault(key, asyncio.Lock()):
+            return await self._lookup_or_call(key, request)
+
+    async def _lookup_or_call(self, key: str, request: ModelRequest) -> ModelResponse:
+        entry = self._cache.get(key)
+        if entry is not None and not entry.digest_only:
+            self._inc("cache_hits")
+            try:
+                return ModelResponse.from_bytes(entry.response, cached=True)
+            except ValueError as exc:
+                # Only this library writes the cell, so this is corrupt state
+                # (invariant 8), reported as such rather than papered over.
+                raise StateCorruptError(f"llm_cache entry {key} does not decode: {exc}",
+                                        cell="llm_cache") from exc
+        self._inc("cache_misses" if entry is None else "digest_only_hits")
+        response = await self._call_provider(request)
+        data = response.to_bytes()
+        if entry is None:
+            self._cache.put(key, data)
+        elif hashlib.sha256(data).digest() != entry.digest:
+            # The stored digest is left in place: it is the record of what
+            # the first run was answered, and overwriting it with this
+            # response would let a third run "agree" with a divergent one.
+            self._report_divergence(key, entry.hexdigest, data)
+        return response
+
+    def complete(self, messages: Sequence[Message], *,
+                 tools: Sequence[Mapping[str, Any]] | None = None,
+                 **sampling: Any) -> ModelResponse:
+        """Do what `acomplete` does, for synchronous agents.
+
+        Raises:
+            RuntimeError: Called on a thread whose event loop is running and no
+                ``run_sync`` was injected; an async agent must
+                ``await ctx.model.acomplete(...)``.
+        """
+        run_sync = self._run_sync
+        if run_sync is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                run_sync = asyncio.run
+            else:
+                raise RuntimeError(
+                    "ctx.model.complete() was called inside a running event loop; an async "
+                    "agent must use `await ctx.model.acomplete(...)` instead"
+                ) from None
+        return run_sync(self.acomplete(messages, tools=tools, **sampling))
+
+    async def _call_provider(self, request: ModelRequest) -> ModelResponse:
+        try:
+            self._breaker.before_call()
+        except ProviderUnavailable:
+            self._inc("breaker_rejections")
+            raise
+        self._inc("provider_calls")
+        try:
+            response = await self._provider.complete(request)
+        except ProviderUnavailable:
+            self._inc("provider_errors")
+            self._breaker.record_failure()
+            raise
+        except Exception:
+            # A ProviderRejected says nothing about the provider's health, and
+            # a raw exception (a provider breaking its contract) is a bug, not
+            # evidence that the model is down: neither counts as a failure.
+            self._inc("provider_errors")
+            self._breaker.record_inconclusive()
+            raise
+        except BaseException:
+            # Cancellation (an activation timeout): free a half-open trial slot.
+            self._breaker.record_inconclusive()
+            raise
+        self._breaker.record_success()
+        return response
+
+    def _report_divergence(self, key: str, stored_hex: str, fresh: bytes) -> None:
+        self._inc("replay_divergence")
+        if not self._divergence_logged:
+            self._divergence_logged = True
+            _log.warning(
+                "replay divergence: model %s answered differently on replay of seq %d "
+                "(cache key %s, stored sha256 %s, fresh sha256 %s); the fresh response is "
+                "used. The model is not deterministic for this request; pin sampling "
+                "(temperature=0, seed) if replays must agree.",
+                self._provider.model_id, self._seq, key, stored_hex,
+                hashlib.sha256(fresh).hexdigest(),
+            )
+
+    def _inc(self, name: str) -> None:
+        self._metrics.inc(METRICS_NAMESPACE, name)
+

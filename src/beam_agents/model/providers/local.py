@@ -1,0 +1,226 @@
+"""The embedded default model: deterministic, offline, stdlib only.
+
+`LocalModel` answers from a small template derived from the last user
+message and the conversation length, so the same request always gets the
+same reply and a pipeline runs end to end without credentials or network.
+
+Scripted replies
+----------------
+With ``script_path`` it first consults a JSONL script. Each non-blank line
+that does not start with ``#`` is one JSON object::
+
+    {"match": "refund", "text": "I can help with that refund.",
+     "tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "42"}}],
+     "finish_reason": "tool_calls"}
+
+* ``match`` (required, str): a case-sensitive substring of the last user
+  message; ``""`` matches everything (a catch-all). The first matching line
+  wins; when none matches, the template answers.
+* ``text`` (str, default ``""``) and ``tool_calls`` (list of ``{"name",
+  "arguments"?, "id"?}``; ids default to ``call_<n>``): at least one is
+  needed.
+* ``finish_reason`` (str): defaults to ``"tool_calls"`` when the line has
+  tool calls, else ``"stop"``.
+
+A malformed line raises `ConfigError` naming the file and the line number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from beam_agents.errors import ConfigError
+from beam_agents.model._types import Message, ModelRequest, ModelResponse, ToolCall
+
+__all__ = ["LocalModel", "ScriptedReply", "load_script", "template_reply"]
+
+_SCRIPT_KEYS = frozenset({"match", "text", "tool_calls", "finish_reason"})
+_TOOL_CALL_KEYS = frozenset({"id", "name", "arguments"})
+_TOPIC_CHARS = 80
+_OPENERS = ("Thanks for reaching out.", "Got it.", "Happy to help with that.", "Understood.")
+_CLOSINGS = (
+    "Let me know if anything here is missing or if you'd like more detail.",
+    "Tell me if you want me to go deeper on any part of this.",
+    "If I've misread what you need, just correct me and I'll adjust.",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScriptedReply:
+    """One line of a LocalModel script: a substring to match and the reply to give."""
+
+    match: str
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+
+
+def _script_error(path: str, line_no: int, why: str) -> ConfigError:
+    return ConfigError(f"{path}:{line_no}: bad LocalModel script line: {why}",
+                       field="script_path")
+
+
+def _parse_tool_calls(raw: object, path: str, line_no: int) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list):
+        raise _script_error(path, line_no, "tool_calls must be a list")
+    calls = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise _script_error(path, line_no, f"tool_calls[{i}] needs a str name")
+        unknown = sorted(set(item) - _TOOL_CALL_KEYS)
+        if unknown:
+            raise _script_error(path, line_no, f"tool_calls[{i}] has unknown keys {unknown}")
+        arguments = item.get("arguments", {})
+        if not isinstance(arguments, Mapping):
+            raise _script_error(path, line_no, f"tool_calls[{i}].arguments must be an object")
+        call_id = item.get("id", f"call_{i}")
+        if not isinstance(call_id, str):
+            raise _script_error(path, line_no, f"tool_calls[{i}].id must be a str")
+        calls.append(ToolCall(id=call_id, name=item["name"], arguments=arguments))
+    return tuple(calls)
+
+
+def _parse_line(doc: object, path: str, line_no: int) -> ScriptedReply:
+    if not isinstance(doc, dict):
+        raise _script_error(path, line_no, "each line must be a JSON object")
+    unknown = sorted(set(doc) - _SCRIPT_KEYS)
+    if unknown:
+        raise _script_error(path, line_no, f"unknown keys {unknown}; allowed: "
+                                           f"{sorted(_SCRIPT_KEYS)}")
+    match, text = doc.get("match"), doc.get("text", "")
+    if not isinstance(match, str):
+        raise _script_error(path, line_no, "'match' (a str) is required")
+    if not isinstance(text, str):
+        raise _script_error(path, line_no, "'text' must be a str")
+    calls = _parse_tool_calls(doc.get("tool_calls", []), path, line_no)
+    if not text and not calls:
+        raise _script_error(path, line_no, "a reply needs 'text' or 'tool_calls'")
+    finish = doc.get("finish_reason", "tool_calls" if calls else "stop")
+    if not isinstance(finish, str):
+        raise _script_error(path, line_no, "'finish_reason' must be a str")
+    return ScriptedReply(match=match, text=text, tool_calls=calls, finish_reason=finish)
+
+
+def load_script(path: str) -> tuple[ScriptedReply, ...]:
+    """Read a JSONL script (format in the module docstring).
+
+    Raises:
+        ConfigError: The file cannot be read, or a line is malformed (names
+            the file and the 1-based line number).
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read LocalModel script {path}: {exc}",
+                          field="script_path") from exc
+    replies = []
+    for line_no, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        try:
+            doc = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise _script_error(path, line_no, f"invalid JSON ({exc.msg})") from exc
+        replies.append(_parse_line(doc, path, line_no))
+    return tuple(replies)
+
+
+def _words(messages: Sequence[Message]) -> int:
+    return sum(len(str(m.get("content") or "").split()) for m in messages)
+
+
+def _topic(text: str) -> str:
+    for end, char in enumerate(text):
+        if char in ".?!" and end > 0:
+            text = text[: end + 1]
+            break
+    if len(text) <= _TOPIC_CHARS:
+        return text
+    cut = text[:_TOPIC_CHARS].rsplit(" ", 1)[0]
+    return cut + "..."
+
+
+def template_reply(messages: Sequence[Message]) -> str:
+    """Return the templated reply for a conversation; a pure function of its input."""
+    user_turns = [m for m in messages if m.get("role") == "user"]
+    source = user_turns[-1] if user_turns else messages[-1]
+    text = " ".join(str(source.get("content") or "").split())
+    if not text:
+        return ("I didn't receive any text in your message. Could you tell me what you need "
+                "help with?")
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    topic = _topic(text)
+    if topic.endswith("?"):
+        middle = f'You asked: "{topic}" Here is how I would approach it, step by step.'
+    else:
+        middle = f'Summary of your request: "{topic}" I will keep my answer focused on that.'
+    earlier = max(len(user_turns) - 1, 0)
+    if earlier == 0:
+        context = "This is the start of our conversation, so I am working from this message."
+    else:
+        plural = "" if earlier == 1 else "s"
+        context = (f"I am also taking into account your {earlier} earlier message{plural} "
+                   "in this conversation.")
+    return " ".join((_OPENERS[digest[0] % len(_OPENERS)], middle, context,
+                     _CLOSINGS[digest[1] % len(_CLOSINGS)]))
+
+
+class LocalModel:
+    """A deterministic `ModelProvider`: same request, same response; no network.
+
+    Args:
+        model_id: Reported model id (part of the cache key).
+        script: Scripted replies, tried in order before the template.
+        latency_ms: Artificial latency per call, for benchmarks.
+        sleep: Awaitable sleep used for the latency; injectable for tests.
+    """
+
+    def __init__(self, model_id: str = "local", *, script: Sequence[ScriptedReply] = (),
+                 latency_ms: int = 0,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+        self.model_id = model_id
+        self._script = tuple(script)
+        self._latency_ms = latency_ms
+        self._sleep = sleep
+
+    @classmethod
+    def from_script_file(cls, path: str, *, model_id: str = "local",
+                         latency_ms: int = 0) -> LocalModel:
+        """Build a LocalModel replaying the JSONL script at `path`."""
+        return cls(model_id, script=load_script(path), latency_ms=latency_ms)
+
+    def reply(self, request: ModelRequest) -> ModelResponse:
+        """Return the response for `request` without any latency."""
+        user_turns = [m for m in request.messages if m.get("role") == "user"]
+        last_user = str(user_turns[-1].get("content") or "") if user_turns else ""
+        usage_in = _words(request.messages)
+        for line in self._script:
+            if line.match in last_user:
+                return self._response(line.text, line.tool_calls, line.finish_reason, usage_in)
+        return self._response(template_reply(request.messages), (), "stop", usage_in)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer after the configured latency; never raises for a valid request."""
+        if self._latency_ms:
+            await self._sleep(self._latency_ms / 1000)
+        return self.reply(request)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    def _response(self, text: str, calls: tuple[ToolCall, ...], finish: str,
+                  prompt_words: int) -> ModelResponse:
+        completion = len(text.split())
+        # Word counts stand in for tokens: deterministic and good enough for
+        # the accounting that benchmarks and demos print.
+        usage = {"prompt_tokens": prompt_words, "completion_tokens": completion,
+                 "total_tokens": prompt_words + completion}
+        return ModelResponse(text=text, model_id=self.model_id, tool_calls=calls,
+                             finish_reason=finish, usage=usage)

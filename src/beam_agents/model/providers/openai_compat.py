@@ -1,0 +1,174 @@
+"""OpenAI-compatible chat completions over HTTP (vLLM, Ollama, OpenAI) via httpx.
+
+Error mapping (the `ModelProvider` contract):
+
+* 408, 429 and 5xx, timeouts and transport errors (refused connection, reset,
+  broken protocol) raise `ProviderUnavailable` (retriable).
+* Any other non-2xx status raises `ProviderRejected`: the request itself, the
+  key or the base_url is wrong, and retrying will not help.
+* A 2xx whose body is not a chat completion (not JSON, no ``choices``,
+  tool-call arguments that are not a JSON object) raises
+  `ProviderUnavailable`: in practice this is a truncated body, a proxy's
+  error page or a model emitting broken JSON, all of which a later attempt
+  can get past, and counting it on the breaker is what we want when a
+  gateway keeps returning garbage.
+
+httpx never retries by default; the transport is still built with
+``retries=0`` to make that explicit, since the runtime owns retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
+from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
+
+__all__ = ["OpenAICompatibleProvider"]
+
+_RETRIABLE_STATUSES = frozenset({408, 429})
+_BODY_SNIPPET_CHARS = 300
+
+
+class OpenAICompatibleProvider:
+    """Calls ``{base_url}/v1/chat/completions`` once per request; typed errors only.
+
+    The httpx client is built lazily, one per event loop that uses the
+    provider: an httpx client cannot move between loops, and a sync agent
+    driven by ``asyncio.run`` (or one loop per worker thread) gets a fresh
+    loop per call. Clients of loops that are gone are dropped with them.
+    """
+
+    def __init__(self, *, model_id: str, base_url: str, api_key: str | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.model_id = model_id
+        self._url = base_url.rstrip("/") + "/v1/chat/completions"
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                 httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+    @property
+    def url(self) -> str:
+        """The chat completions endpoint this provider posts to."""
+        return self._url
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None:
+                headers = {"Accept": "application/json"}
+                if self._api_key:
+                    headers["Authorization"] = f"Bearer {self._api_key}"
+                client = httpx.AsyncClient(
+                    transport=httpx.AsyncHTTPTransport(retries=0),
+                    timeout=httpx.Timeout(self._timeout_s),
+                    headers=headers,
+                )
+                self._clients[loop] = client
+            return client
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        """Translate `request` into the chat completions JSON body."""
+        body: dict[str, Any] = {"model": self.model_id,
+                                "messages": [dict(m) for m in request.messages]}
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": dict(tool_function(t))}
+                             for t in request.tools]
+        body.update(request.sampling)
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """POST the request once and translate the reply (see the module's error mapping)."""
+        try:
+            reply = await self._http().post(self._url, json=self.build_body(request))
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(
+                f"{self.model_id} at {self._url} did not answer within {self._timeout_s}s",
+                model_id=self.model_id) from exc
+        except httpx.TransportError as exc:
+            raise ProviderUnavailable(
+                f"cannot reach {self.model_id} at {self._url}: {type(exc).__name__}: {exc}",
+                model_id=self.model_id) from exc
+        if reply.status_code // 100 != 2:
+            raise self._status_error(reply)
+        try:
+            doc = reply.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise self._malformed(f"body is not JSON: {reply.text[:_BODY_SNIPPET_CHARS]!r}",
+                                  reply.status_code) from exc
+        return self.parse_completion(doc)
+
+    def parse_completion(self, doc: object) -> ModelResponse:
+        """Translate a chat completions JSON document into a `ModelResponse`.
+
+        Raises:
+            ProviderUnavailable: The document is not a chat completion.
+        """
+        try:
+            if not isinstance(doc, Mapping):
+                raise TypeError("the body is not a JSON object")
+            choice = doc["choices"][0]
+            message = choice["message"]
+            text = message.get("content") or ""
+            if not isinstance(text, str):
+                raise TypeError("message.content is not a string")
+            calls = tuple(self._tool_call(i, raw)
+                          for i, raw in enumerate(message.get("tool_calls") or ()))
+            usage_doc = doc.get("usage") or {}
+            usage = {k: v for k, v in usage_doc.items()
+                     if isinstance(v, int) and not isinstance(v, bool)}
+            finish = choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise self._malformed(f"not a chat completion ({type(exc).__name__}: {exc})",
+                                  200) from exc
+        return ModelResponse(text=text, model_id=self.model_id, tool_calls=calls,
+                             finish_reason=finish if isinstance(finish, str) else None,
+                             usage=usage)
+
+    @staticmethod
+    def _tool_call(index: int, raw: Mapping[str, Any]) -> ToolCall:
+        function = raw["function"]
+        arguments = function.get("arguments") or "{}"
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments)
+        if not isinstance(arguments, Mapping):
+            raise ValueError(f"tool_calls[{index}].function.arguments is not a JSON object")
+        return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=function["name"],
+                        arguments=arguments)
+
+    def _status_error(self, reply: httpx.Response) -> ModelError:
+        status = reply.status_code
+        snippet = reply.text[:_BODY_SNIPPET_CHARS]
+        if status in _RETRIABLE_STATUSES or status >= 500:
+            return ProviderUnavailable(
+                f"{self.model_id} at {self._url} answered HTTP {status} (retriable): {snippet}",
+                model_id=self.model_id, status=status)
+        return ProviderRejected(
+            f"{self.model_id} at {self._url} rejected the request with HTTP {status}: "
+            f"{snippet}. Check the model id, api_key, base_url and request.",
+            model_id=self.model_id, status=status)
+
+    def _malformed(self, why: str, status: int) -> ProviderUnavailable:
+        return ProviderUnavailable(f"{self.model_id} at {self._url} sent a malformed "
+                                   f"response: {why}", model_id=self.model_id, status=status)
+
+    async def aclose(self) -> None:
+        """Close the running loop's client and forget the others; safe to call twice."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.pop(loop, None)
+            # Clients of other loops cannot be awaited from here; dropping
+            # them releases their sockets with the garbage.
+            self._clients.clear()
+        if client is not None:
+            await client.aclose()

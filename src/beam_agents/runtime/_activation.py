@@ -1,0 +1,227 @@
+"""The activation core: (state bytes, event, config, clients) -> outcome.
+
+Runner adapters read keyed state, call `ActivationRuntime.activate`, and apply
+the outcome; they decide nothing. The core never raises for an agent's
+failure: like an SDK's activation handler, it reports failures as data, one
+`ErrorRecord` inside `Failed` (invariants 1 and 8).
+
+The order is DESIGN's activation protocol:
+
+1. ``seq = committed_seq + 1``; ``now_ms`` is the event time (invariant 2);
+2. the facades are built over the state bytes; a corrupt blob fails the
+   activation with stage STATE_CORRUPT and the state is left as it was;
+3. the agent runs, sync (on a worker thread) or async, under a timeout;
+4. the commit tail flushes staged long-term upserts (the one sanctioned
+   external write, invariant 5) and serializes only the dirty blobs;
+5. any failure abandons long-term writes and yields one error record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents._proto.intent_pb2 import Intent
+from beam_agents.errors import ActivationTimeoutError
+from beam_agents.memory import Memory
+from beam_agents.memory._store import LongtermStore
+from beam_agents.metrics import MetricsSink, NoopMetrics
+from beam_agents.model import BreakerRegistry, ModelFacade, ModelProvider, ReplayCache
+from beam_agents.runtime._config import AgentConfig, load_agent
+from beam_agents.runtime._context import AgentContext
+from beam_agents.runtime._errors import error_record, stage_of
+
+__all__ = ["ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome"]
+
+T = TypeVar("T")
+NAMESPACE = "beam_agents.runtime"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyedState:
+    """What keyed state holds for one entity: two blobs and the last committed seq."""
+
+    memory: bytes | None = None
+    llm_cache: bytes | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Committed:
+    """A successful activation: write the non-None blobs and `seq`, then emit `intents`."""
+
+    seq: int
+    memory: bytes | None
+    llm_cache: bytes | None
+    intents: tuple[Intent, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed:
+    """A failed activation: emit `error` on the errors output and change nothing else."""
+
+    error: ErrorRecord
+
+
+Outcome = Committed | Failed
+
+
+class ActivationRuntime:
+    """Runs activations for one worker (a DoFn instance, a Flink subtask, a CLI run).
+
+    It owns one event loop, on which async agents, providers and stores run,
+    and a small thread pool for sync agents, so that a sync agent can still
+    be timed out and can call ``ctx.model.complete`` while the loop serves the
+    provider. Clients (provider, store) are built by the host and handed in;
+    the runtime closes them in `close`.
+
+    Args:
+        config: The agent configuration.
+        provider: The model provider (from `build_provider(config.model)`).
+        clock: Monotonic seconds for the circuit breakers; injected (invariant 2).
+        store: The long-term store, when ``config.longterm_memory`` is set.
+        metrics: Where counters go.
+    """
+
+    def __init__(self, config: AgentConfig, *, provider: ModelProvider,
+                 clock: Callable[[], float], store: LongtermStore | None = None,
+                 metrics: MetricsSink | None = None) -> None:
+        self._config = config
+        self._agent = load_agent(config.agent)
+        self._is_async = inspect.iscoroutinefunction(self._agent) or (
+            not inspect.isfunction(self._agent)
+            and inspect.iscoroutinefunction(type(self._agent).__call__))
+        self._provider = provider
+        self._store = store
+        self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
+        self._breakers = BreakerRegistry(clock=clock)
+        self._loop = asyncio.new_event_loop()
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="beam-agents-agent")
+        self._closed = False
+
+    @property
+    def config(self) -> AgentConfig:
+        """The configuration this runtime runs."""
+        return self._config
+
+    def activate(self, state: KeyedState, event: AgentEvent) -> Outcome:
+        """Run one activation to an outcome; never raises for the agent's failures."""
+        return self._loop.run_until_complete(self.activate_async(state, event))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Drive `coro` on the runtime's loop from the host thread."""
+        return self._loop.run_until_complete(coro)
+
+    def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Let sync agent code (on a pool thread) wait for a coroutine on the loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        coro.close()
+        raise RuntimeError("a blocking call was made from async agent code; await the async "
+                           "variant instead (ctx.model.acomplete, longterm.aload, ...)")
+
+    async def activate_async(self, state: KeyedState, event: AgentEvent) -> Outcome:
+        """The activation protocol; see the module docstring."""
+        seq = state.seq + 1
+        now_ms = event.event_time_ms
+        self._metrics.inc(NAMESPACE, "activations")
+
+        def failed(exc: BaseException, *, flushing: bool = False) -> Failed:
+            stage = stage_of(exc, flushing=flushing)
+            self._metrics.inc(NAMESPACE, "failed")
+            self._metrics.inc(NAMESPACE, f"errors_{ErrorRecord.Stage.Name(stage)[6:].lower()}")
+            return Failed(error=error_record(
+                exc, stage=stage, entity_key=event.entity_key, seq=seq,
+                event=event.SerializeToString(deterministic=True), event_id=event.event_id,
+                traceback_bytes=self._config.traceback_bytes))
+
+        handle = None
+        try:
+            if self._store is not None:
+                handle = self._longterm_handle(event.entity_key, seq, now_ms)
+            memory = Memory(state.memory, now_ms=now_ms, compactor=self._config.compactor,
+                            metrics=self._metrics, longterm=handle)
+            cache = ReplayCache(state.llm_cache, now_ms=now_ms)
+            model = ModelFacade(
+                cache=cache, provider=self._provider, metrics=self._metrics,
+                breaker=self._breakers.get(self._provider.model_id, self._config.model.breaker),
+                entity_key=event.entity_key, seq=seq, run_sync=self._bridge)
+            ctx = AgentContext(event=event, seq=seq, memory=memory, model=model,
+                               max_intent_bytes=self._config.max_intent_bytes)
+            await self._run_agent(ctx)
+        except Exception as exc:  # every agent failure becomes a dead letter (invariant 8)
+            if handle is not None:
+                await _quietly(handle.abandon())
+            return failed(exc)
+        if handle is not None:
+            try:
+                await handle.commit()
+            except Exception as exc:  # M22: a failed flush fails the activation closed
+                await _quietly(handle.abandon())
+                return failed(exc, flushing=True)
+        self._metrics.inc(NAMESPACE, "committed")
+        return Committed(
+            seq=seq,
+            memory=memory.to_bytes() if memory.dirty else None,
+            llm_cache=cache.to_blob().SerializeToString(deterministic=True) if cache.dirty
+            else None,
+            intents=ctx.intents,
+        )
+
+    async def _run_agent(self, ctx: AgentContext) -> None:
+        timeout_s = self._config.timeout_ms / 1000
+        if self._is_async:
+            work: asyncio.Future[Any] = asyncio.ensure_future(self._agent(ctx))
+        else:
+            work = self._loop.run_in_executor(self._threads, self._call_sync, ctx)
+        try:
+            result = await asyncio.wait_for(work, timeout_s)
+        except TimeoutError:
+            raise ActivationTimeoutError(timeout_ms=self._config.timeout_ms) from None
+        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            await asyncio.wait_for(result, timeout_s)
+
+    def _call_sync(self, ctx: AgentContext) -> Any:
+        return self._agent(ctx)
+
+    def _longterm_handle(self, entity_key: bytes, seq: int, now_ms: int) -> Any:
+        from beam_agents.memory._longterm import LongtermHandle  # noqa: PLC0415 - issue-5 module
+
+        assert self._store is not None
+        return LongtermHandle(store=self._store, entity_key=entity_key, seq=seq, now_ms=now_ms,
+                              run_sync=self._bridge)
+
+    def close(self) -> None:
+        """Close the provider and the store, then the loop and the threads; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.run_until_complete(self._provider.aclose())
+            if self._store is not None:
+                self._loop.run_until_complete(self._store.close())
+        finally:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._loop.close()
+
+    def __enter__(self) -> ActivationRuntime:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+async def _quietly(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run a cleanup whose failure must not replace the error being reported."""
+    with contextlib.suppress(Exception):  # the original failure is what the record reports
+        await coro

@@ -1,0 +1,58 @@
+"""Small agents the runtime and pipeline tests run by reference ("tests.agents:NAME")."""
+
+from __future__ import annotations
+
+import json
+
+from beam_agents.runtime import AgentContext
+
+
+def counter(ctx: AgentContext) -> None:
+    """Counts events per entity in memory and emits the count; fails on payload "fail"."""
+    count = int(ctx.memory.get("count") or b"0") + 1
+    ctx.memory.set("count", str(count).encode())
+    ctx.memory.append("seen", ctx.event.event_id.encode(), max_items=3)
+    if ctx.payload == b"fail":
+        raise RuntimeError(f"asked to fail at {ctx.event.event_id}")
+    ctx.emit("count", {"count": count, "seq": ctx.seq, "seen": len(ctx.memory.ring("seen"))})
+
+
+def chatty(ctx: AgentContext) -> None:
+    """Calls the model twice with the same request and once with another."""
+    first = ctx.model.complete([{"role": "user", "content": ctx.payload.decode()}])
+    again = ctx.model.complete([{"role": "user", "content": ctx.payload.decode()}])
+    other = ctx.model.complete([{"role": "user", "content": "something else"}])
+    ctx.emit("reply", {"a": first.text, "b": again.text, "c": other.text,
+                       "cached": [first.cached, again.cached, other.cached]})
+
+
+async def async_counter(ctx: AgentContext) -> None:
+    """The counter, written async, awaiting the model."""
+    reply = await ctx.model.acomplete([{"role": "user", "content": "hi"}])
+    count = int(ctx.memory.get("count") or b"0") + 1
+    ctx.memory.set("count", str(count).encode())
+    ctx.emit("count", json.dumps({"count": count, "reply": reply.text}))
+
+
+def sleepy(ctx: AgentContext) -> None:
+    """Blocks far longer than any test timeout."""
+    import threading  # noqa: PLC0415
+
+    threading.Event().wait(30)
+
+
+def overflow(ctx: AgentContext) -> None:
+    """Writes past the hard cap."""
+    ctx.memory.set("huge", b"x" * (1_048_576 + 1))
+
+
+def big_intent(ctx: AgentContext) -> None:
+    """Emits a payload larger than the configured bound."""
+    ctx.emit("blob", b"x" * 2_000_000)
+
+
+def emit_kinds(ctx: AgentContext) -> None:
+    """Emits bytes, str and JSON payloads."""
+    ctx.emit("bytes", b"\x00\x01")
+    ctx.emit("text", "héllo")
+    ctx.emit("json", {"b": [1, 2.5], "a": None})
