@@ -25,11 +25,17 @@ $(TOOLS)/.installed: tools/checkov-requirements.txt
 	$(TOOLS)/bin/$(PIP) -r tools/checkov-requirements.txt
 	touch $@
 
+# The Firestore-protocol server the Firestore tests start (npm, pinned by the lockfile).
+EMULATOR := tools/firestore-emulator
+$(EMULATOR)/node_modules/.installed: $(EMULATOR)/package.json $(EMULATOR)/package-lock.json
+	npm ci --prefix $(EMULATOR) --no-audit --no-fund --loglevel=error
+	touch $@
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src
 
-test: lint $(LATEST)/.installed $(TOOLS)/.installed
+test: lint $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
 	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
 	$(LATEST)/bin/python -m pytest tests/unit/memory tests/unit/model tests/unit/runtime tests/beam
 
@@ -44,7 +50,8 @@ demo: $(VENV)/.installed
 	    --input_files examples/events.jsonl \
 	    --output_path out/intents.jsonl \
 	    --errors_path out/errors.jsonl \
-	    --agent examples.support_agent:agent
+	    --agent examples.support_agent:agent \
+	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"
 

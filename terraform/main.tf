@@ -388,6 +388,8 @@ resource "google_dataflow_flex_template_job" "pipeline" {
     firestore_project    = google_firestore_database.memory.project
     firestore_database   = google_firestore_database.memory.name
     firestore_collection = var.firestore_collection
+    # Without this the Firestore parameters are ignored and long-term memory is off.
+    longterm_store = "firestore"
   }
 
   lifecycle {

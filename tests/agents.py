@@ -56,3 +56,37 @@ def emit_kinds(ctx: AgentContext) -> None:
     ctx.emit("bytes", b"\x00\x01")
     ctx.emit("text", "héllo")
     ctx.emit("json", {"b": [1, 2.5], "a": None})
+
+
+def remember(ctx: AgentContext) -> None:
+    """Saves a profile and a note per event, reads them back, emits what it saw.
+
+    Follows the replay discipline (seed 000): every save is computed from the
+    event and working memory, never from a same-activation long-term read.
+    """
+    note = ctx.payload.decode()
+    count = int(ctx.memory.get("n") or b"0") + 1
+    ctx.memory.set("n", str(count).encode())
+    longterm = ctx.memory.longterm
+    longterm.save("profile", json.dumps({"last": note, "n": count}, sort_keys=True).encode())
+    longterm.save(f"note/{count:04d}", note.encode())
+    profile = longterm.load("profile")
+    notes = longterm.search("note/", limit=1000)
+    if note.startswith("fail"):
+        raise RuntimeError("failing after staging long-term saves")
+    ctx.emit("saved", {"n": count, "notes": len(notes),
+                       "profile": json.loads(profile.value) if profile else None})
+
+
+def working_only(ctx: AgentContext) -> None:
+    """Touches only working memory, enough to cross the soft cap."""
+    ctx.memory.set("a", b"x" * 500_000)
+    ctx.memory.set("b", b"y" * 400_000)
+    ctx.memory.get("a")
+    ctx.memory.append("log", b"z")
+    ctx.emit("done", "ok")
+
+
+def probe_longterm(ctx: AgentContext) -> None:
+    """Reaches for long-term memory whether or not it is configured."""
+    ctx.memory.longterm.load("anything")

@@ -34,6 +34,7 @@ FLEX_TEMPLATE_PARAMETERS = frozenset(
         "firestore_project",
         "firestore_database",
         "firestore_collection",
+        "longterm_store",
     }
 )
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 CORE = ["beam_agents.memory", "beam_agents.model", "beam_agents.runtime", "beam_agents.metrics",
-        "beam_agents.errors"]
+        "beam_agents.errors", "beam_agents.stores", "beam_agents.testing"]
 
 PROBE = """
 import importlib, sys

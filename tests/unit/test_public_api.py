@@ -8,8 +8,12 @@ import pytest
 
 PUBLIC = {
     "beam_agents.memory": [
-        "DEFAULT_MAX_ITEMS", "HARD_CAP_BYTES", "SOFT_CAP_BYTES", "STATE_SCHEMA_VERSION",
-        "Compactor", "LruCompactor", "Memory", "MemoryOverflow", "RingCorruptError",
+        "DEFAULT_MAX_ITEMS", "DEFAULT_SEARCH_LIMIT", "HARD_CAP_BYTES", "SOFT_CAP_BYTES",
+        "STATE_SCHEMA_VERSION", "BackgroundWork", "Compactor", "DiscardReceipt",
+        "DiscardingLongtermStore", "FlushReceipt", "LongtermHandle", "LongtermStore",
+        "LongtermStoreConfig", "LruCompactor", "Memory", "MemoryContractError", "MemoryOverflow",
+        "MemoryUnavailable", "RingCorruptError", "Scope", "ScopeViolation", "TaskRegistry",
+        "WriteCoordinator", "WriteOutcome", "WriteReceipt", "WriteRequest",
     ],
     "beam_agents.model": [
         "MAX_BLOB_BYTES", "MAX_ENTRIES", "TTL_MS", "BreakerConfig", "BreakerRegistry",
@@ -26,6 +30,14 @@ PUBLIC = {
         "decode_event_proto", "encode_payload", "error_from_json", "error_record",
         "error_to_json", "event_to_json", "intent_to_json", "load_agent", "stage_of",
         "start_runtime",
+    ],
+    "beam_agents.testing": [
+        "InMemoryLongtermConfig", "InMemoryLongtermStore", "LocalModel", "run_activation",
+    ],
+    "beam_agents.stores": [
+        "FirestoreLongtermConfig", "FirestoreLongtermStore", "InMemoryLongtermConfig",
+        "InMemoryLongtermStore", "SqliteLongtermConfig", "SqliteLongtermStore",
+        "longterm_config_from_mapping",
     ],
     "beam_agents.beam": [
         "ERRORS", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics", "DecodeEvents",

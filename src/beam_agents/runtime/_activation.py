@@ -30,7 +30,7 @@ from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.errors import ActivationTimeoutError
-from beam_agents.memory import Memory
+from beam_agents.memory import LongtermHandle, Memory, TaskRegistry
 from beam_agents.memory._store import LongtermStore
 from beam_agents.metrics import MetricsSink, NoopMetrics
 from beam_agents.model import BreakerRegistry, ModelFacade, ModelProvider, ReplayCache
@@ -111,6 +111,11 @@ class ActivationRuntime:
     def config(self) -> AgentConfig:
         """The configuration this runtime runs."""
         return self._config
+
+    @property
+    def store(self) -> LongtermStore | None:
+        """The long-term store, or None when ``config.longterm_memory`` is unset (M18)."""
+        return self._store
 
     def activate(self, state: KeyedState, event: AgentEvent) -> Outcome:
         """Run one activation to an outcome; never raises for the agent's failures."""
@@ -194,12 +199,12 @@ class ActivationRuntime:
     def _call_sync(self, ctx: AgentContext) -> Any:
         return self._agent(ctx)
 
-    def _longterm_handle(self, entity_key: bytes, seq: int, now_ms: int) -> Any:
-        from beam_agents.memory._longterm import LongtermHandle  # noqa: PLC0415 - issue-5 module
-
+    def _longterm_handle(self, entity_key: bytes, seq: int, now_ms: int) -> LongtermHandle:
         assert self._store is not None
+        # One registry per activation owns its background saves (seed 004, W01):
+        # the commit joins them, and abandon cancels whatever is left.
         return LongtermHandle(store=self._store, entity_key=entity_key, seq=seq, now_ms=now_ms,
-                              run_sync=self._bridge)
+                              run_sync=self._bridge, background=TaskRegistry())
 
     def close(self) -> None:
         """Close the provider and the store, then the loop and the threads; idempotent."""

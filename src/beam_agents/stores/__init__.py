@@ -1,0 +1,57 @@
+"""Long-term store backends behind the `beam_agents.memory` store port.
+
+* `InMemoryLongtermStore` / `InMemoryLongtermConfig`: in-process, for tests.
+* `SqliteLongtermStore` / `SqliteLongtermConfig`: embedded default (stdlib sqlite3).
+* `FirestoreLongtermStore` / `FirestoreLongtermConfig`: production (google-cloud-firestore).
+
+Names resolve lazily, so importing this package (or a config) loads neither
+sqlite3 nor google.cloud; a backend's SDK is imported when its store is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beam_agents.stores._config import (
+        FirestoreLongtermConfig,
+        SqliteLongtermConfig,
+        longterm_config_from_mapping,
+    )
+    from beam_agents.stores.firestore import FirestoreLongtermStore
+    from beam_agents.stores.memory import InMemoryLongtermConfig, InMemoryLongtermStore
+    from beam_agents.stores.sqlite import SqliteLongtermStore
+
+__all__ = [
+    "FirestoreLongtermConfig",
+    "FirestoreLongtermStore",
+    "InMemoryLongtermConfig",
+    "InMemoryLongtermStore",
+    "SqliteLongtermConfig",
+    "SqliteLongtermStore",
+    "longterm_config_from_mapping",
+]
+
+_HOMES = {
+    "FirestoreLongtermConfig": "beam_agents.stores._config",
+    "FirestoreLongtermStore": "beam_agents.stores.firestore",
+    "InMemoryLongtermConfig": "beam_agents.stores.memory",
+    "InMemoryLongtermStore": "beam_agents.stores.memory",
+    "SqliteLongtermConfig": "beam_agents.stores._config",
+    "SqliteLongtermStore": "beam_agents.stores.sqlite",
+    "longterm_config_from_mapping": "beam_agents.stores._config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
