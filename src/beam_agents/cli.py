@@ -90,6 +90,9 @@ def _redrive(path: str, output: str | None) -> int:
 
 
 def _run(argv: list[str]) -> int:
+    # Client libraries pulled in by apache-beam[gcp] warn about future Python and
+    # grpcio support on import; that is not this run's business.
+    warnings.filterwarnings("ignore", category=FutureWarning)
     from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
 
     from beam_agents.beam import AgentPipelineOptions, run  # noqa: PLC0415
@@ -103,9 +106,6 @@ def _run(argv: list[str]) -> int:
               "is accepted as well.")
         return 0
     sys.path.insert(0, os.getcwd())  # agents in the working tree, like `python -m`
-    # Client libraries pulled in by apache-beam[gcp] warn about future Python and
-    # grpcio support on import; that is not this run's business.
-    warnings.filterwarnings("ignore", category=FutureWarning)
     opts = PipelineOptions(argv).view_as(AgentPipelineOptions)
     for path in (opts.output_path, opts.errors_path):
         if path:

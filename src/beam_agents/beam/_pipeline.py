@@ -89,11 +89,11 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     if config is None:
         config = agent_config_from_options(options)
     decoded = _read(pipeline, opts) | "Decode" >> beam.ParDo(
-        DecodeEvents(opts.input_format, progress_every=progress_every)).with_outputs(
-        ERRORS, main="events")
+        DecodeEvents(opts.input_format, progress_every=progress_every)).with_output_types(
+        beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="events")
     # The key type hint gives the stateful DoFn a deterministic key coder.
     activated = decoded.events | "Activate" >> beam.ParDo(AgentDoFn(config)).with_input_types(
-        tuple[bytes, bytes]).with_outputs(ERRORS, main="intents")
+        beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="intents")
     errors = (decoded[ERRORS], activated[ERRORS]) | "AllErrors" >> beam.Flatten()
     _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents")
     _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors")
