@@ -28,11 +28,11 @@ from beam_agents.runtime import error_from_json, event_to_json
 __all__ = ["main", "redrive_lines"]
 
 SUMMARY_COUNTERS = (
-    ("events read", "beam_agents.runtime", "events", None),
-    ("activations committed", "beam_agents.runtime", "committed", None),
-    ("model calls", "beam_agents.model", "provider_calls", None),
-    ("replay-cache hits", "beam_agents.model", "cache_hits", None),
-    ("soft-cap warnings", "beam_agents.memory", "soft_cap_warnings", None),
+    ("events read", "beam_agents.runtime", "events"),
+    ("activations committed", "beam_agents.runtime", "committed"),
+    ("model calls", "beam_agents.model", "provider_calls"),
+    ("replay-cache hits", "beam_agents.model", "cache_hits"),
+    ("soft-cap warnings", "beam_agents.memory", "soft_cap_warnings"),
 )
 
 
@@ -124,7 +124,7 @@ def _summarize(result: object) -> None:
     for item in result.metrics().query(MetricsFilter())["counters"]:  # type: ignore[attr-defined]
         counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
     print("summary")
-    for label, namespace, name, _ in SUMMARY_COUNTERS:
+    for label, namespace, name in SUMMARY_COUNTERS:
         print(f"  {label:<24}{counters[(namespace, name)]:>8}")
     errors = sorted((name.removeprefix("errors_"), count) for (namespace, name), count
                     in counters.items() if namespace == "beam_agents.runtime"

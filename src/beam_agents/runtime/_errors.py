@@ -22,26 +22,28 @@ __all__ = ["ErrorRecord", "error_record", "stage_of"]
 Stage = ErrorRecord.Stage
 
 
+#: Exception type -> stage, first match wins; order matters where the tree
+#: overlaps (RingCorruptError is a StateError; StoreError outside the flush
+#: can only come from a read, which is all the store serves mid-activation).
+_STAGES: tuple[tuple[type[BaseException], int], ...] = (
+    (StateError, ErrorRecord.STAGE_STATE_CORRUPT),
+    (ActivationTimeoutError, ErrorRecord.STAGE_TIMEOUT),
+    (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
+    (ModelError, ErrorRecord.STAGE_MODEL),
+    (StoreError, ErrorRecord.STAGE_LONGTERM_READ),
+    (EventDecodeError, ErrorRecord.STAGE_DECODE),
+    (ConfigError, ErrorRecord.STAGE_CONFIG),
+    (IntentTooLargeError, ErrorRecord.STAGE_OUTPUT),
+)
+
+
 def stage_of(exc: BaseException, *, flushing: bool = False) -> int:
     """The pipeline stage an exception belongs to; the dead-letter topic is triaged by it."""
     if flushing:
         return ErrorRecord.STAGE_LONGTERM_FLUSH
-    if isinstance(exc, StateError):
-        return ErrorRecord.STAGE_STATE_CORRUPT
-    if isinstance(exc, ActivationTimeoutError):
-        return ErrorRecord.STAGE_TIMEOUT
-    if isinstance(exc, MemoryOverflow):
-        return ErrorRecord.STAGE_MEMORY_OVERFLOW
-    if isinstance(exc, ModelError):
-        return ErrorRecord.STAGE_MODEL
-    if isinstance(exc, StoreError):  # outside the flush, only reads reach the store
-        return ErrorRecord.STAGE_LONGTERM_READ
-    if isinstance(exc, EventDecodeError):
-        return ErrorRecord.STAGE_DECODE
-    if isinstance(exc, ConfigError):
-        return ErrorRecord.STAGE_CONFIG
-    if isinstance(exc, IntentTooLargeError):
-        return ErrorRecord.STAGE_OUTPUT
+    for kind, stage in _STAGES:
+        if isinstance(exc, kind):
+            return stage
     return ErrorRecord.STAGE_AGENT
 
 
