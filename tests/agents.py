@@ -90,3 +90,19 @@ def working_only(ctx: AgentContext) -> None:
 def probe_longterm(ctx: AgentContext) -> None:
     """Reaches for long-term memory whether or not it is configured."""
     ctx.memory.longterm.load("anything")
+
+
+def journal(ctx: AgentContext) -> None:
+    """Keeps a long-term journal per entity, replay-safe by construction (seed 004).
+
+    Every save and every intent is computed from the event and working memory
+    only, never from a long-term read, so a replayed activation writes and
+    emits the same bytes however far the store has moved on.
+    """
+    count = int(ctx.memory.get("n") or b"0") + 1
+    ctx.memory.set("n", str(count).encode())
+    note = ctx.payload.decode()
+    longterm = ctx.memory.longterm
+    longterm.save("profile", json.dumps({"last": note, "n": count}, sort_keys=True).encode())
+    longterm.save(f"note/{count:04d}", note.encode())
+    ctx.emit("journaled", {"n": count, "note": note})

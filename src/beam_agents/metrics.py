@@ -8,10 +8,11 @@ the operator's metric group; tests use `RecordingMetrics`.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Protocol, runtime_checkable
 
-__all__ = ["MetricsSink", "NoopMetrics", "RecordingMetrics"]
+__all__ = ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"]
 
 
 @runtime_checkable
@@ -42,3 +43,27 @@ class RecordingMetrics:
     def get(self, namespace: str, name: str) -> int:
         """Return the current value of ``namespace:name`` (0 if never incremented)."""
         return self.counters[f"{namespace}:{name}"]
+
+
+class BufferedMetrics:
+    """Buffers increments from any thread until the host's own thread drains them.
+
+    Beam and PyFlink attribute a counter increment to the bundle of the
+    *calling thread*, and sync agents run on a worker thread of the runtime,
+    so the runner adapters buffer here and report after each activation.
+    """
+
+    def __init__(self) -> None:
+        self._pending: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def inc(self, namespace: str, name: str, value: int = 1) -> None:
+        """Buffer an increment of ``namespace:name``; safe from any thread."""
+        with self._lock:
+            self._pending[(namespace, name)] += value
+
+    def drain(self) -> list[tuple[str, str, int]]:
+        """Take every buffered ``(namespace, name, value)`` and reset the buffer."""
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+        return [(namespace, name, value) for (namespace, name), value in pending.items()]

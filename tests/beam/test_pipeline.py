@@ -11,6 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 from beam_agents.beam import build_pipeline
+from beam_agents.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -108,3 +109,26 @@ def test_the_soft_cap_counter_shows_in_result_metrics(tmp_path: Path) -> None:
     assert counter_value(result, "beam_agents.runtime", "events") == len(
         SAMPLE.read_text().splitlines())
     assert counter_value(result, "beam_agents.model", "provider_calls") > 900
+
+
+@pytest.mark.parametrize("flags", [
+    ("--output_path=o.jsonl", "--errors_path=e.jsonl"),  # no input at all
+    ("--input_files=a.jsonl", "--input_subscription=projects/p/subscriptions/s",
+     "--output_path=o.jsonl", "--errors_path=e.jsonl"),
+    ("--input_files=a.jsonl", "--errors_path=e.jsonl"),  # intents would be dropped
+    ("--input_files=a.jsonl", "--output_path=o.jsonl"),  # dead letters would be dropped
+])
+def test_inputs_and_outputs_are_checked_before_building(flags: tuple[str, ...]) -> None:
+    options = PipelineOptions(["--agent=tests.agents:counter", *flags])
+    with pytest.raises(ConfigError):
+        build_pipeline(TestPipeline(options=options), options)
+
+
+def test_a_streaming_input_refuses_a_file_sink_and_names_the_flag() -> None:
+    options = PipelineOptions(["--agent=tests.agents:counter",
+                               "--input_subscription=projects/p/subscriptions/s",
+                               "--output_topic=projects/p/topics/o",
+                               "--errors_path=errors.jsonl"])
+    with pytest.raises(ConfigError, match="--errors_topic") as raised:
+        build_pipeline(TestPipeline(options=options), options)
+    assert raised.value.field == "errors_path"

@@ -650,16 +650,27 @@ def test_store_matches_a_dict_model(
 def test_sqlite_a_database_that_cannot_be_opened_is_unavailable_until_it_can(
     tmp_path: Any, run: Run[Any]
 ) -> None:
-    missing_dir = tmp_path / "not-yet"
-    store = SqliteLongtermConfig(path=str(missing_dir / "x.db")).open()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the database folder should be")
+    store = SqliteLongtermConfig(path=str(blocker / "x.db")).open()
     run(store.stage(ALICE, [rec("k")]))
 
-    with pytest.raises(MemoryUnavailable, match="not-yet"):
+    with pytest.raises(MemoryUnavailable, match="not-a-dir"):
         run(store.flush(ALICE))
-    missing_dir.mkdir()
+    blocker.unlink()
 
     assert run(store.flush(ALICE)).committed == ("k",)
     run(store.close())
+
+
+def test_sqlite_creates_the_database_folder_on_first_use(tmp_path: Any, run: Run[Any]) -> None:
+    """The first flush can come before any sink has made the output folder."""
+    store = SqliteLongtermConfig(path=str(tmp_path / "out" / "deep" / "x.db")).open()
+    run(store.stage(ALICE, [rec("k")]))
+
+    assert run(store.flush(ALICE)).committed == ("k",)
+    run(store.close())
+    assert (tmp_path / "out" / "deep" / "x.db").is_file()
 
 
 # -- the in-memory fake's test hooks ---------------------------------------------------

@@ -26,10 +26,10 @@ PUBLIC = {
     ],
     "beam_agents.runtime": [
         "ActivationRuntime", "AgentConfig", "AgentContext", "Committed", "Failed",
-        "IntentTooLargeError", "KeyedState", "Outcome", "decode_event", "decode_event_json",
-        "decode_event_proto", "encode_payload", "error_from_json", "error_record",
-        "error_to_json", "event_to_json", "intent_to_json", "load_agent", "stage_of",
-        "start_runtime",
+        "IntentTooLargeError", "KeyedState", "Outcome", "add_agent_flags",
+        "agent_config_from_flags", "decode_event", "decode_event_json", "decode_event_proto",
+        "decode_input", "encode_payload", "error_from_json", "error_record", "error_to_json",
+        "event_to_json", "intent_to_json", "load_agent", "stage_of", "start_runtime",
     ],
     "beam_agents.testing": [
         "InMemoryLongtermConfig", "InMemoryLongtermStore", "LocalModel", "run_activation",
@@ -42,6 +42,10 @@ PUBLIC = {
     "beam_agents.beam": [
         "ERRORS", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics", "DecodeEvents",
         "agent_config_from_options", "build_pipeline", "check_io", "run",
+    ],
+    "beam_agents.flink": [
+        "ERRORS", "AgentKeyedProcessFunction", "DecodeEvents", "FlinkJobOptions", "FlinkMetrics",
+        "agent_stream", "build_job", "environment", "job_parser", "parse_args", "run",
     ],
 }
 

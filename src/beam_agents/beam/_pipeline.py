@@ -20,8 +20,7 @@ from apache_beam.pvalue import PCollection
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
-from beam_agents.errors import EventDecodeError
-from beam_agents.runtime import AgentConfig, decode_event, error_record, error_to_json
+from beam_agents.runtime import AgentConfig, decode_input, error_to_json
 
 __all__ = ["DecodeEvents", "build_pipeline", "run"]
 
@@ -42,15 +41,12 @@ class DecodeEvents(beam.DoFn):
         data = element.encode() if isinstance(element, str) else bytes(element)
         self._report_progress()
         self._events.inc()
-        try:
-            event = decode_event(data, self._format)
-        except EventDecodeError as exc:
+        decoded = decode_input(data, self._format)
+        if isinstance(decoded, ErrorRecord):
             self._undecodable.inc()
-            record = error_record(exc, stage=ErrorRecord.STAGE_DECODE, entity_key=b"", seq=0,
-                                  event=data, event_id="", traceback_bytes=0)
-            yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(record))
+            yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(decoded))
             return
-        yield event.entity_key, event.SerializeToString(deterministic=True)
+        yield decoded.entity_key, decoded.SerializeToString(deterministic=True)
 
     def _report_progress(self) -> None:
         self._seen += 1

@@ -24,7 +24,8 @@ from beam_agents.runtime._codec import (
 )
 from beam_agents.runtime._config import AgentConfig, load_agent
 from beam_agents.runtime._context import AgentContext, IntentTooLargeError, encode_payload
-from beam_agents.runtime._errors import error_record, stage_of
+from beam_agents.runtime._errors import decode_input, error_record, stage_of
+from beam_agents.runtime._flags import add_agent_flags, agent_config_from_flags
 from beam_agents.runtime._host import start_runtime
 
 __all__ = [
@@ -36,9 +37,12 @@ __all__ = [
     "IntentTooLargeError",
     "KeyedState",
     "Outcome",
+    "add_agent_flags",
+    "agent_config_from_flags",
     "decode_event",
     "decode_event_json",
     "decode_event_proto",
+    "decode_input",
     "encode_payload",
     "error_from_json",
     "error_record",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import traceback
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.errors import (
     ActivationTimeoutError,
     BeamAgentsError,
@@ -15,9 +16,10 @@ from beam_agents.errors import (
     StateError,
     StoreError,
 )
+from beam_agents.runtime._codec import decode_event
 from beam_agents.runtime._context import IntentTooLargeError
 
-__all__ = ["ErrorRecord", "error_record", "stage_of"]
+__all__ = ["ErrorRecord", "decode_input", "error_record", "stage_of"]
 
 Stage = ErrorRecord.Stage
 
@@ -70,3 +72,16 @@ def error_record(exc: BaseException, *, stage: int, entity_key: bytes, seq: int,
         event=event,
         event_id=event_id,
     )
+
+
+def decode_input(data: bytes, input_format: str) -> AgentEvent | ErrorRecord:
+    """Decode one input element, or describe why not as a DECODE dead letter (invariant 8).
+
+    Every host's first step, so an undecodable element yields the same record
+    on every engine; the record carries the raw element for repair and redrive.
+    """
+    try:
+        return decode_event(data, input_format)
+    except EventDecodeError as exc:
+        return error_record(exc, stage=ErrorRecord.STAGE_DECODE, entity_key=b"", seq=0,
+                            event=data, event_id="", traceback_bytes=0)

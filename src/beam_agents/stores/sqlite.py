@@ -18,6 +18,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 from beam_agents.errors import MemoryContractError, MemoryUnavailable
@@ -128,6 +129,9 @@ class SqliteLongtermStore:
     def _connect(self) -> sqlite3.Connection:
         # Runs in a worker thread holding _db_lock.
         if self._connection is None:
+            if self._config.path != ":memory:":
+                # The first flush may precede any output, so nothing else made the folder yet.
+                Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(
                 self._config.path,
                 timeout=self._config.busy_timeout_ms / 1000,
@@ -155,7 +159,7 @@ class SqliteLongtermStore:
 
         try:
             return await asyncio.to_thread(call)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise MemoryUnavailable(
                 f"SQLite long-term store {self._config.path!r}: {what} failed: {exc}"
             ) from exc
@@ -254,7 +258,7 @@ class SqliteLongtermStore:
 
         try:
             await asyncio.to_thread(shut)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise MemoryUnavailable(
                 f"SQLite long-term store {self._config.path!r}: close failed: {exc}"
             ) from exc

@@ -1,0 +1,34 @@
+"""The native Flink adapter: the activation core in a PyFlink keyed operator.
+
+``AgentKeyedProcessFunction`` is the twin of ``AgentDoFn``; `build_job` and
+`run` assemble the same read -> decode -> activate -> write graph as the Beam
+pipeline, with the same agent flags, on Flink's DataStream API; `agent_stream`
+is that graph without its file source and sinks, for Kafka or Pub/Sub.
+"""
+
+from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
+from beam_agents.flink._job import (
+    DecodeEvents,
+    FlinkJobOptions,
+    agent_stream,
+    build_job,
+    environment,
+    job_parser,
+    parse_args,
+    run,
+)
+from beam_agents.flink._metrics import FlinkMetrics
+
+__all__ = [
+    "ERRORS",
+    "AgentKeyedProcessFunction",
+    "DecodeEvents",
+    "FlinkJobOptions",
+    "FlinkMetrics",
+    "agent_stream",
+    "build_job",
+    "environment",
+    "job_parser",
+    "parse_args",
+    "run",
+]

@@ -1,0 +1,230 @@
+"""The native Flink job: read -> decode -> key by entity -> activate -> write intents and errors.
+
+The same graph as the Beam pipeline, on PyFlink's DataStream API, with the
+same flags for the agent, model and long-term store. Files are the offline
+source and sinks; nothing is dropped (invariant 8): undecodable lines become
+DECODE records on the errors output, beside the activations' own.
+
+Exactly-once comes from Flink: checkpoints snapshot keyed state and the
+source position, the file sinks commit on checkpoints, and a restart
+strategy replays from the last checkpoint after a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pyflink.common import Configuration, Encoder, Types, WatermarkStrategy
+from pyflink.datastream import DataStream, ProcessFunction, StreamExecutionEnvironment
+from pyflink.datastream.connectors.file_system import (
+    BucketAssigner,
+    FileSink,
+    FileSource,
+    OutputFileConfig,
+    StreamFormat,
+)
+
+from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents.errors import ConfigError
+from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
+from beam_agents.runtime import (
+    AgentConfig,
+    add_agent_flags,
+    agent_config_from_flags,
+    decode_input,
+    error_to_json,
+    load_agent,
+)
+
+__all__ = ["DecodeEvents", "FlinkJobOptions", "agent_stream", "build_job", "environment",
+           "job_parser", "parse_args", "run"]
+
+_KEYED_EVENT = Types.TUPLE([Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlinkJobOptions:
+    """Where the job reads and writes, and how Flink keeps it exactly-once.
+
+    Attributes:
+        input_files: Files or directories of JSONL events.
+        output_path: Directory for intents (``intents-*.jsonl`` part files).
+        errors_path: Directory for error records (``errors-*.jsonl``).
+        checkpointing_interval_ms: Checkpoint period; 0 disables checkpoints
+            (and with them exactly-once after a failure).
+        unaligned_checkpoints: Let barriers overtake buffered events. Agent
+            operators are slow, so the stream is usually backpressured, and an
+            aligned barrier would wait behind every buffered event; unaligned
+            checkpoints complete in bounded time and keep recovery points fresh.
+        checkpoint_dir: Durable checkpoint storage (``file://``, ``gs://``,
+            ``s3://``); None keeps Flink's configured default.
+        restart_attempts: Fixed-delay restarts before the job fails.
+        restart_delay_ms: Delay between restarts.
+        bundle_size: Elements handed to the Python worker per bundle. A
+            checkpoint barrier waits for the bundle in flight, and agent
+            activations are slow (model calls), so small bundles keep
+            checkpoints, and with them recovery points, frequent.
+        bundle_time_ms: Longest a bundle stays open before it is processed.
+        parallelism: Operator parallelism; None keeps Flink's default.
+        python_executable: Interpreter for the Python workers; None keeps
+            ``python.executable`` from the Flink configuration.
+        job_name: Name shown in the Flink UI.
+    """
+
+    input_files: tuple[str, ...]
+    output_path: str
+    errors_path: str
+    checkpointing_interval_ms: int = 10_000
+    unaligned_checkpoints: bool = True
+    checkpoint_dir: str | None = None
+    restart_attempts: int = 3
+    restart_delay_ms: int = 10_000
+    bundle_size: int = 16
+    bundle_time_ms: int = 1_000
+    parallelism: int | None = None
+    python_executable: str | None = None
+    job_name: str = "beam-agents"
+
+    def __post_init__(self) -> None:
+        if not self.input_files:
+            raise ConfigError("set --input_files", field="input_files")
+        for name in ("output_path", "errors_path"):
+            if not getattr(self, name):
+                raise ConfigError(f"set --{name} so nothing is dropped", field=name)
+        for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
+                          ("restart_delay_ms", 0), ("bundle_size", 1), ("bundle_time_ms", 1)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"--{name} must be >= {low}, got {getattr(self, name)}",
+                                  field=name)
+        if self.parallelism is not None and self.parallelism < 1:
+            raise ConfigError(f"--parallelism must be >= 1, got {self.parallelism}",
+                              field="parallelism")
+
+
+class DecodeEvents(ProcessFunction):
+    """A JSON line -> ``(key, AgentEvent bytes)``; an undecodable one -> a DECODE record."""
+
+    def process_element(self, value: str, ctx: Any) -> Iterator[Any]:
+        """Decode one line."""
+        decoded = decode_input(value.encode(), "json")
+        if isinstance(decoded, ErrorRecord):
+            yield ERRORS, error_to_json(decoded).decode()
+            return
+        # Keyed state needs a key with value equality; hex keeps any bytes.
+        yield decoded.entity_key.hex(), decoded.SerializeToString(deterministic=True)
+
+
+def _entity_of(value: tuple[str, bytes]) -> str:
+    return value[0]
+
+
+def _file_sink(path: str, prefix: str) -> FileSink:
+    names = OutputFileConfig.builder().with_part_prefix(prefix).with_part_suffix(".jsonl").build()
+    return (FileSink.for_row_format(path, Encoder.simple_string_encoder())
+            .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+            .with_output_file_config(names).build())
+
+
+def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
+    """A stream environment with the options' checkpointing and restart strategy."""
+    conf = Configuration()
+    conf.set_string("restart-strategy.type", "fixed-delay")
+    conf.set_string("restart-strategy.fixed-delay.attempts", str(options.restart_attempts))
+    conf.set_string("restart-strategy.fixed-delay.delay", f"{options.restart_delay_ms} ms")
+    conf.set_string("python.fn-execution.bundle.size", str(options.bundle_size))
+    conf.set_string("python.fn-execution.bundle.time", str(options.bundle_time_ms))
+    conf.set_string("execution.checkpointing.unaligned.enabled",
+                    str(options.unaligned_checkpoints).lower())
+    if options.checkpoint_dir:
+        conf.set_string("execution.checkpointing.dir", options.checkpoint_dir)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    if options.checkpointing_interval_ms:
+        env.enable_checkpointing(options.checkpointing_interval_ms)
+    if options.parallelism is not None:
+        env.set_parallelism(options.parallelism)
+    if options.python_executable:
+        env.set_python_executable(options.python_executable)
+    return env
+
+
+def agent_stream(lines: DataStream, config: AgentConfig) -> tuple[DataStream, DataStream]:
+    """JSON event lines -> (intents, error records), both as JSON-line strings.
+
+    The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
+    source in front and sinks behind (their connector jars go on
+    ``pipeline.jars``), and the agent runs exactly as in `build_job`.
+    """
+    decoded = lines.process(DecodeEvents(), output_type=_KEYED_EVENT).name("Decode")
+    activated = (decoded.key_by(_entity_of, key_type=Types.STRING())
+                 .process(AgentKeyedProcessFunction(config), output_type=Types.STRING())
+                 .name("Activate").uid("activate"))
+    return activated, decoded.get_side_output(ERRORS).union(activated.get_side_output(ERRORS))
+
+
+def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
+              config: AgentConfig) -> tuple[DataStream, DataStream]:
+    """Add the file-to-file agent job to `env`; returns the intents and errors streams (sunk)."""
+    source = FileSource.for_record_stream_format(
+        StreamFormat.text_line_format(), *options.input_files).build()
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
+    intents, errors = agent_stream(lines, config)
+    intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")
+    errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors")
+    return intents, errors
+
+
+def job_parser() -> argparse.ArgumentParser:
+    """The job's flags: files in and out, Flink's recovery settings, and the shared agent flags."""
+    parser = argparse.ArgumentParser(prog="agent_job.py", description=__doc__.splitlines()[0])
+    io = parser.add_argument_group("inputs and outputs")
+    io.add_argument("--input_files", action="append", default=[],
+                    help="A JSONL file or a directory of them; repeat for more.")
+    io.add_argument("--output_path", help="Directory for intents (JSONL part files).")
+    io.add_argument("--errors_path", help="Directory for error records (JSONL part files).")
+    flink = parser.add_argument_group("flink")
+    flink.add_argument("--checkpointing_interval_ms", type=int, default=10_000,
+                       help="Checkpoint period in ms; 0 disables (default 10000).")
+    flink.add_argument("--unaligned_checkpoints", action=argparse.BooleanOptionalAction,
+                       default=True, help="Let checkpoint barriers overtake buffered events, "
+                       "so checkpoints complete under backpressure (default on).")
+    flink.add_argument("--checkpoint_dir", help="Durable checkpoint storage URI.")
+    flink.add_argument("--restart_attempts", type=int, default=3,
+                       help="Fixed-delay restart attempts (default 3).")
+    flink.add_argument("--restart_delay_ms", type=int, default=10_000,
+                       help="Delay between restarts in ms (default 10000).")
+    flink.add_argument("--bundle_size", type=int, default=16,
+                       help="Elements per Python bundle; checkpoints wait for the bundle in "
+                       "flight (default 16).")
+    flink.add_argument("--bundle_time_ms", type=int, default=1_000,
+                       help="Longest a Python bundle stays open, in ms (default 1000).")
+    flink.add_argument("--parallelism", type=int, help="Operator parallelism.")
+    flink.add_argument("--python_executable", help="Python for the workers (default: Flink's "
+                       "python.executable, or flink run -pyexec).")
+    flink.add_argument("--job_name", default="beam-agents", help="Name in the Flink UI.")
+    add_agent_flags(parser)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[FlinkJobOptions, AgentConfig]:
+    """The job's flags -> options and agent config; the one mapping for the Flink entry.
+
+    Raises:
+        ConfigError: a value is missing, unknown or out of range; names the flag.
+    """
+    values = vars(job_parser().parse_args(argv))
+    given: dict[str, Any] = {field.name: values[field.name] for field in fields(FlinkJobOptions)}
+    options = FlinkJobOptions(**{**given, "input_files": tuple(given["input_files"])})
+    config = agent_config_from_flags(values)
+    load_agent(config.agent)  # fail here, not in a restart loop on the cluster
+    return options, config
+
+
+def run(argv: Sequence[str] | None = None) -> Any:
+    """Parse flags, build the job and execute it; returns Flink's JobExecutionResult."""
+    options, config = parse_args(argv)
+    env = environment(options)
+    build_job(env, options, config)
+    return env.execute(options.job_name)

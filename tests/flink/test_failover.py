@@ -1,0 +1,120 @@
+"""A real failover on Flink: a worker dies after a committed flush; checkpoints restore it.
+
+The job runs with checkpointing and a fixed-delay restart strategy. The
+store wrapper in ``_faults`` crashes the worker exactly once, right after
+the flush of activation N has committed and before keyed state records
+it. Flink restores the last checkpoint and replays: activation N runs again
+and re-flushes (invariant 5's seq guard makes that converge), and nothing
+is lost or emitted twice once intents are de-duplicated by
+``(entity_key, seq, index)``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from beam_agents.memory import LongtermStoreConfig
+from beam_agents.stores import FirestoreLongtermConfig, SqliteLongtermConfig
+from tests.flink.conftest import job_env, part_lines, run_job, store_rows
+
+pytestmark = pytest.mark.timeout(400)
+
+ENTITIES = [f"customer-{n}".encode() for n in range(5)]
+EVENTS_PER_ENTITY = 60
+CRASH_ENTITY, CRASH_SEQ = ENTITIES[2], 45  # about three quarters into the stream
+
+
+def _write_events(path: Path) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for n in range(EVENTS_PER_ENTITY):
+            for entity in ENTITIES:
+                out.write(json.dumps({"entity_key": entity.decode(),
+                                      "event_id": f"{entity.decode()}-{n}",
+                                      "event_time_ms": 1_700_000_000_000 + n,
+                                      "payload": f"note {n} for {entity.decode()}"}) + "\n")
+
+
+def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
+         env: dict[str, str]) -> list[tuple[str, str, int]]:
+    """Run the job (crashing at `crash_seq`, 0 for none); returns the flush log."""
+    log = out / "flushes.log"
+    run_job(["-m", "tests.flink.failover_job",
+             "--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
+             "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
+             "--flush_delay_ms", "10", "--",
+             "--input_files", str(events), "--output_path", str(out / "intents"),
+             "--errors_path", str(out / "errors"), "--agent", "tests.agents:journal",
+             *store_flags, "--python_executable", sys.executable, "--parallelism", "2",
+             "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
+             "--restart_delay_ms", "200"], env=env)
+    entries = []
+    for line in log.read_text().splitlines():
+        phase, entity, seq = line.split()
+        entries.append((phase, entity, int(seq)))
+    return entries
+
+
+def _store(backend: str, tmp_path: Path, run_name: str,
+           request: pytest.FixtureRequest) -> tuple[LongtermStoreConfig, list[str], dict[str, str]]:
+    if backend == "firestore":
+        host = request.getfixturevalue("firestore_host")
+        project = f"failover-{run_name}-{uuid.uuid4().hex[:8]}"
+        return (FirestoreLongtermConfig(project=project, timeout_ms=10_000),
+                ["--longterm_store", "firestore", "--firestore_project", project],
+                job_env(FIRESTORE_EMULATOR_HOST=host))
+    path = str(tmp_path / run_name / "longterm.sqlite")
+    return (SqliteLongtermConfig(path=path), ["--longterm_store", "sqlite", "--sqlite_path", path],
+            job_env())
+
+
+def _dedup(lines: list[bytes]) -> dict[tuple[str, int, int], bytes]:
+    by_id: dict[tuple[str, int, int], bytes] = {}
+    for line in lines:
+        intent = json.loads(line)
+        ident = (intent["entity_key"], intent["seq"], intent["index"])
+        assert by_id.setdefault(ident, line) == line, f"{ident} was emitted with other bytes"
+    return by_id
+
+
+@pytest.mark.spec("M21")
+@pytest.mark.parametrize("backend", ["sqlite", "firestore"])
+def test_a_worker_crash_after_a_flush_restores_and_converges_on_flink(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """THEN the retry re-flushes byte-identical rows and emits byte-identical intents."""
+    events = tmp_path / "events.jsonl"
+    _write_events(events)
+    clean_config, clean_flags, env = _store(backend, tmp_path, "clean", request)
+    chaos_config, chaos_flags, _ = _store(backend, tmp_path, "chaos", request)
+    (tmp_path / "clean").mkdir(exist_ok=True)
+    (tmp_path / "chaos").mkdir(exist_ok=True)
+
+    clean_log = _run(events, tmp_path / "clean", clean_flags, crash_seq=0, env=env)
+    chaos_log = _run(events, tmp_path / "chaos", chaos_flags, crash_seq=CRASH_SEQ, env=env)
+
+    # The fault happened once, after N's flush, and Flink restored a checkpoint:
+    dead_letters = part_lines(tmp_path / "chaos" / "errors")
+    assert (tmp_path / "chaos" / "crashed.marker").exists(), (chaos_log[-5:], dead_letters[:3])
+    crash_entity = CRASH_ENTITY.decode()
+    assert ("before", crash_entity, CRASH_SEQ) in chaos_log
+    assert ("after", crash_entity, CRASH_SEQ) in chaos_log  # N ran again and re-flushed
+    replayed = [seq for phase, entity, seq in chaos_log
+                if phase == "after" and entity == crash_entity]
+    assert 1 < min(replayed) <= CRASH_SEQ  # restored from a checkpoint, not from the start
+    assert all(phase == "before" for phase, _, _ in clean_log)
+
+    # Rows: byte-identical to the fault-free run.
+    clean_rows = store_rows(clean_config, ENTITIES)
+    assert len(clean_rows) == len(ENTITIES) * (EVENTS_PER_ENTITY + 1)  # notes + a profile
+    assert store_rows(chaos_config, ENTITIES) == clean_rows
+
+    # Intents: identical once de-duplicated, and none missing.
+    clean = _dedup(part_lines(tmp_path / "clean" / "intents"))
+    chaos = _dedup(part_lines(tmp_path / "chaos" / "intents"))
+    assert len(clean) == len(ENTITIES) * EVENTS_PER_ENTITY
+    assert chaos == clean
+    assert dead_letters == []

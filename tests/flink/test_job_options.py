@@ -1,0 +1,84 @@
+"""The native Flink job's flags: parsed once, validated with errors that name the flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from beam_agents.errors import ConfigError
+from beam_agents.flink import FlinkJobOptions, FlinkMetrics, parse_args
+
+IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
+      "--errors_path", "out/errors"]
+
+
+def test_flags_map_onto_job_options_and_the_shared_agent_config() -> None:
+    options, config = parse_args([*IO, "--agent", "tests.agents:counter",
+                                  "--checkpointing_interval_ms", "500", "--parallelism", "3",
+                                  "--no-unaligned_checkpoints", "--bundle_size", "4",
+                                  "--longterm_store", "sqlite", "--sqlite_path", "x.db"])
+    assert options == FlinkJobOptions(
+        input_files=("a.jsonl", "dir/"), output_path="out/intents", errors_path="out/errors",
+        checkpointing_interval_ms=500, parallelism=3, unaligned_checkpoints=False,
+        bundle_size=4)
+    assert config.agent == "tests.agents:counter"
+    assert config.longterm_memory is not None
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--parallelism", "0"), ("--restart_attempts", "-1"), ("--bundle_size", "0"),
+    ("--checkpointing_interval_ms", "-5")])
+def test_out_of_range_values_name_the_flag(flag: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=flag) as raised:
+        parse_args([*IO, "--agent", "tests.agents:counter", flag, value])
+    assert raised.value.field == flag.removeprefix("--")
+
+
+@pytest.mark.parametrize("missing", ["--input_files", "--output_path", "--errors_path"])
+def test_a_missing_input_or_output_names_the_flag(missing: str) -> None:
+    argv = [*IO, "--agent", "tests.agents:counter"]
+    while missing in argv:
+        index = argv.index(missing)
+        del argv[index:index + 2]
+    with pytest.raises(ConfigError, match=missing):
+        parse_args(argv)
+
+
+def test_an_agent_that_does_not_import_fails_before_submission() -> None:
+    with pytest.raises(ConfigError, match="no_such_module") as raised:
+        parse_args([*IO, "--agent", "no_such_module:agent"])
+    assert raised.value.field == "AgentConfig.agent"
+
+
+class _Group:
+    """A stand-in for PyFlink's MetricGroup that records increments."""
+
+    def __init__(self, path: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.counts: dict[tuple[str, ...], int] = {}
+
+    def add_group(self, name: str) -> _Group:
+        child = _Group((*self.path, name))
+        child.counts = self.counts
+        return child
+
+    def counter(self, name: str) -> _Counter:
+        return _Counter(self.counts, (*self.path, name))
+
+
+class _Counter:
+    def __init__(self, counts: dict[tuple[str, ...], int], key: tuple[str, ...]) -> None:
+        self._counts, self._key = counts, key
+
+    def inc(self, value: int = 1) -> None:
+        self._counts[self._key] = self._counts.get(self._key, 0) + value
+
+
+def test_metrics_reach_the_group_only_when_flushed() -> None:
+    group = _Group()
+    metrics = FlinkMetrics(group)
+    metrics.inc("beam_agents.memory", "soft_cap_warnings")
+    metrics.inc("beam_agents.memory", "soft_cap_warnings", 2)
+    assert group.counts == {}
+    metrics.flush()
+    metrics.flush()
+    assert group.counts == {("beam_agents.memory", "soft_cap_warnings"): 3}

@@ -1,0 +1,77 @@
+"""The one mapping from flags to AgentConfig, shared by the Beam and Flink entry points."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from beam_agents.errors import ConfigError
+from beam_agents.runtime import add_agent_flags, agent_config_from_flags
+from beam_agents.stores import SqliteLongtermConfig
+
+
+def _flags(*argv: str) -> dict[str, object]:
+    parser = argparse.ArgumentParser()
+    add_agent_flags(parser)
+    return vars(parser.parse_args(argv))
+
+
+def test_flags_map_onto_the_config_fields() -> None:
+    config = agent_config_from_flags(_flags(
+        "--agent", "tests.agents:counter", "--activation_timeout_ms", "1500",
+        "--model_provider", "local", "--model_id", "echo-1",
+        "--longterm_store", "sqlite", "--sqlite_path", "x.db"))
+    assert config.agent == "tests.agents:counter"
+    assert config.timeout_ms == 1500
+    assert config.model.model_id == "echo-1"
+    assert config.longterm_memory == SqliteLongtermConfig(path="x.db")
+
+
+def test_explicit_flags_override_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"agent": "tests.agents:counter", "timeout_ms": 900,
+                                "max_intent_bytes": 1234}))
+    config = agent_config_from_flags(_flags("--agent_config", str(path),
+                                            "--activation_timeout_ms", "700"))
+    assert (config.agent, config.timeout_ms, config.max_intent_bytes) == (
+        "tests.agents:counter", 700, 1234)
+
+
+def test_longterm_store_none_disables_long_term_memory(tmp_path: Path) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"agent": "tests.agents:counter",
+                                "longterm_memory": {"backend": "sqlite", "path": "x.db"}}))
+    config = agent_config_from_flags(_flags("--agent_config", str(path),
+                                            "--longterm_store", "none"))
+    assert config.longterm_memory is None
+
+
+def test_a_missing_agent_names_the_flag() -> None:
+    with pytest.raises(ConfigError, match="--agent") as raised:
+        agent_config_from_flags(_flags())
+    assert raised.value.field == "agent"
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+def test_a_config_file_that_is_not_a_json_object_names_the_flag(
+        tmp_path: Path, content: str) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="agent_config") as raised:
+        agent_config_from_flags(_flags("--agent_config", str(path)))
+    assert raised.value.field == "agent_config"
+
+
+def test_an_unreadable_config_file_names_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="agent_config"):
+        agent_config_from_flags(_flags("--agent_config", str(tmp_path / "absent.json")))
+
+
+def test_an_unknown_field_in_the_config_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"agent": "tests.agents:counter", "timeout": 5}))
+    with pytest.raises(ConfigError, match="timeout"):
+        agent_config_from_flags(_flags("--agent_config", str(path)))
