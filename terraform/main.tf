@@ -384,6 +384,7 @@ resource "google_dataflow_flex_template_job" "pipeline" {
     agent                = var.agent
     model_provider       = var.model_provider
     model_id             = var.model_id
+    model_project        = var.project_id
     model_location       = local.model_location
     firestore_project    = google_firestore_database.memory.project
     firestore_database   = google_firestore_database.memory.name

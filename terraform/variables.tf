@@ -239,13 +239,13 @@ variable "agent" {
 }
 
 variable "model_provider" {
-  description = "Model provider the agent calls (job parameter model_provider)."
+  description = "Model provider the agent calls (job parameter model_provider). The optional job wires Vertex AI, so only gemini is accepted here."
   type        = string
   default     = "gemini"
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9_-]*$", var.model_provider))
-    error_message = "model_provider must be a lowercase provider name such as gemini, openai or local."
+    condition     = var.model_provider == "gemini"
+    error_message = "model_provider must be gemini: the job this module creates calls Vertex AI (it grants roles/aiplatform.user and passes model_project/model_location). Run other providers with gcloud dataflow flex-template run."
   }
 }
 

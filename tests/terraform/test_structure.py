@@ -30,6 +30,7 @@ FLEX_TEMPLATE_PARAMETERS = frozenset(
         "agent",
         "model_provider",
         "model_id",
+        "model_project",
         "model_location",
         "firestore_project",
         "firestore_database",
@@ -536,6 +537,28 @@ def test_job_is_optional_and_off_by_default() -> None:
 
 def test_job_parameter_names_match_the_flex_template() -> None:
     assert set(_job_parameters()) == FLEX_TEMPLATE_PARAMETERS
+
+
+def test_job_parameters_give_the_pipeline_a_config_it_accepts() -> None:
+    """The provider the variable allows gets every setting it needs (gemini: project, location)."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
+
+    from beam_agents.beam import agent_config_from_options  # noqa: PLC0415
+
+    samples = {"var.agent": "examples.support_agent:agent", "var.model_id": "gemini-2.5-flash",
+               "local.model_location": "us-central1", "var.project_id": "my-project"}
+    condition = _variables()["model_provider"]["validation"][0]["condition"]
+    providers = re.findall(r'"(\w+)"', condition)
+    assert providers == ["gemini"]
+    for provider in providers:
+        flags = []
+        for name, expression in _job_parameters().items():
+            value = provider if name == "model_provider" else expression
+            for reference, sample in samples.items():
+                value = value.replace("${" + reference + "}", sample)
+            flags.append(f"--{name}={value if '${' not in value else 'x'}")
+        config = agent_config_from_options(PipelineOptions(flags))
+        assert config.model.provider == provider
 
 
 def test_job_is_streaming_and_stages_in_the_bucket() -> None:
