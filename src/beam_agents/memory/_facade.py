@@ -7,17 +7,41 @@ activation's commit writes `to_blob()` back (invariant 1).
 
 Cost model: entries sit in an insertion-ordered dict kept in LRU order, so a
 stamp is a `move_to_end`. `size_bytes` is adjusted by each mutation's delta,
-never recomputed. A ring keeps its decoded items and its exact encoded size,
-so an append is O(item) and the ring is re-encoded once, in `to_blob()`, and
-only if it changed. Entries that were never touched reuse the message parsed
-from the incoming blob.
+never recomputed. A ring being appended to is a `RingEdit`: its encoded
+bytes, the lengths of its items and the items appended since, so an append is
+O(item), decodes no item, and `to_bytes()` copies the kept part of the old
+encoding instead of re-encoding it. Reading a ring decodes it once per facade.
+
+Most activations touch a few keys of a large blob, so the blob is not
+re-encoded as a whole. Canonical bytes (all this library writes) are indexed
+by one pass over the entry headers (`_wire.scan_canonical`), values located
+but not copied; `to_bytes()` copies the encodings of entries the activation
+did not change out of the loaded bytes, coalescing neighbours into one slice,
+and encodes only the changed ones. The output is byte-identical to a
+deterministic serialization of the same entries. Any other input (a message,
+or bytes in some non-canonical form) goes through the protobuf parser and is
+re-encoded in full.
+
+Corruption is found when it was found before, and reported the same way
+(invariant 8). Everything the blob itself can get wrong is checked at load,
+before the agent runs: the fast path accepts only bytes that are exactly a
+canonical blob (a property test damages blobs at random and checks that
+whatever it accepts, protobuf reads identically), and everything else goes
+to the parser, which raises `StateCorruptError` for bad wire bytes, an empty
+or repeated key, an unknown kind, or a total that disagrees with the entries.
+The one check that waits for use is a ring's inner encoding, as it always
+has: checking it at load would be a Python loop over every item of every
+ring on every activation. The first read or append of a corrupt ring raises
+`RingCorruptError` naming the key, inside the activation, so nothing built
+on it can commit; a corrupt ring that nothing touches is carried to the
+output byte for byte, never rewritten or dropped, and the next activation
+that reads it fails the same way.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 from google.protobuf.message import DecodeError
 
@@ -26,7 +50,6 @@ from beam_agents._proto.memory_pb2 import (
     ENTRY_KIND_SCALAR,
     EntryKind,
     MemoryBlob,
-    MemoryEntry,
 )
 from beam_agents.errors import (
     ConfigError,
@@ -34,7 +57,15 @@ from beam_agents.errors import (
     StateCorruptError,
     UnsupportedSchemaVersionError,
 )
-from beam_agents.memory._ring import RING_HEADER_BYTES, decode_ring, encode_ring, item_cost
+from beam_agents.memory._ring import RING_HEADER_BYTES, RingEdit, decode_ring, item_cost
+from beam_agents.memory._wire import (
+    BLOB_HEADER,
+    LoadedEntry,
+    NotCanonicalError,
+    entry_parts,
+    scan_canonical,
+    total_field,
+)
 from beam_agents.metrics import MetricsSink, NoopMetrics
 
 if TYPE_CHECKING:
@@ -53,6 +84,7 @@ STATE_SCHEMA_VERSION = 1
 HARD_CAP_BYTES = 1_048_576
 SOFT_CAP_BYTES = HARD_CAP_BYTES * 3 // 4  # 786 432: warn and compact here (M11)
 DEFAULT_MAX_ITEMS = 64
+_EMPTY_RING = bytes([1])  # the ring encoding's version byte and no items
 
 _log = logging.getLogger("beam_agents.memory")
 
@@ -73,18 +105,33 @@ class Compactor(Protocol):
 
 
 class _Entry:
-    """One stored value; `msg` is the untouched message from the loaded blob, if any."""
+    """One stored value that an operation has reached.
 
-    __slots__ = ("items", "kind", "last_access_ms", "msg", "size", "value")
+    `span` is ``(start, end)`` of the entry's canonical encoding in the facade's
+    source bytes while the entry is exactly as loaded; any change clears it.
+    `value` is the encoded value, None while it has not been copied out of the
+    source (it starts at ``vstart``) or while a ring is being appended to, in
+    which case `edit` holds it. `items` caches a ring's decoded items for
+    reads. `last_access_ms` is None only while `span` is set: the stamp is
+    then part of the reused encoding and never needs decoding.
+    """
 
-    def __init__(self, kind: EntryKind, value: bytes | None, size: int, last_access_ms: int,
-                 msg: MemoryEntry | None = None) -> None:
+    __slots__ = ("edit", "items", "kind", "last_access_ms", "size", "span", "value", "vstart")
+
+    def __init__(self, kind: EntryKind, value: bytes | None, size: int,
+                 last_access_ms: int | None) -> None:
         self.kind = kind
-        self.value = value  # encoded bytes; None while a ring's items are newer
-        self.items: deque[bytes] | None = None  # decoded ring items, oldest first
+        self.value = value
         self.size = size
         self.last_access_ms = last_access_ms
-        self.msg = msg
+        self.items: list[bytes] | None = None  # decoded ring items, oldest first
+        self.edit: RingEdit | None = None
+        self.span: tuple[int, int] | None = None
+        self.vstart = -1
+
+
+def _size_of(entry: _Entry | LoadedEntry) -> int:
+    return entry[1] if isinstance(entry, tuple) else entry.size
 
 
 def _check_key(key: object) -> str:
@@ -125,6 +172,7 @@ class Memory:
         "_metrics",
         "_now_ms",
         "_size",
+        "_source",
         "_warned",
     )
 
@@ -143,7 +191,8 @@ class Memory:
         self._compactor = compactor
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
         self._longterm = longterm
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, _Entry | LoadedEntry] = {}
+        self._source = b""  # the loaded bytes that unchanged entries are sliced from
         self._size = 0
         self._dirty = False
         self._warned = False
@@ -159,8 +208,17 @@ class Memory:
         elif isinstance(blob, bytes | bytearray | memoryview):
             if not blob:
                 return
+            data = bytes(blob)
             try:
-                parsed = MemoryBlob.FromString(bytes(blob))
+                loaded, self._size = scan_canonical(data)
+            except (NotCanonicalError, IndexError, UnicodeDecodeError):
+                pass  # not canonical, or corrupt: the parser below decides which
+            else:
+                self._entries = cast("dict[str, _Entry | LoadedEntry]", loaded)
+                self._source = data
+                return
+            try:
+                parsed = MemoryBlob.FromString(data)
             except DecodeError as exc:
                 raise StateCorruptError(
                     f"memory blob is not a valid MemoryBlob: {exc}", cell="memory"
@@ -177,7 +235,8 @@ class Memory:
             raise UnsupportedSchemaVersionError(
                 cell="memory", version=version, supported=(STATE_SCHEMA_VERSION,)
             )
-        entries, total = self._entries, 0
+        entries: dict[str, _Entry | LoadedEntry] = {}
+        total = 0
         for msg in blob.entries:
             key, kind = msg.key, msg.kind
             if not key:
@@ -190,7 +249,7 @@ class Memory:
                     f"memory entry {key!r} has unknown kind {kind}", cell="memory"
                 )
             value = msg.value
-            entries[key] = _Entry(kind, value, len(value), msg.last_access_ms, msg)
+            entries[key] = _Entry(kind, value, len(value), msg.last_access_ms)
             total += len(value)
         if total != blob.total_value_bytes:
             raise StateCorruptError(
@@ -198,7 +257,7 @@ class Memory:
                 f"hold {total} bytes",
                 cell="memory",
             )
-        self._size = total
+        self._entries, self._size = entries, total
 
     # -- read-only views -----------------------------------------------------------
 
@@ -244,7 +303,7 @@ class Memory:
         Raises:
             KeyError: `key` is absent.
         """
-        return self._entries[_check_key(key)].size
+        return _size_of(self._entries[_check_key(key)])
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -263,28 +322,27 @@ class Memory:
         Raises:
             TypeError: `key` holds a ring (M09).
         """
-        entry = self._entries.get(_check_key(key))
+        entry = self._entry(_check_key(key))
         if entry is None:
             return None
         if entry.kind != ENTRY_KIND_SCALAR:
             raise TypeError(f"memory key {key!r} holds a ring; read it with ring({key!r})")
         self._touch(key, entry)
-        assert entry.value is not None  # scalars always hold their bytes
-        return entry.value
+        return self._value(entry)
 
     def set(self, key: str, value: bytes) -> None:
         """Store `value` (empty allowed) at `key`, replacing a scalar or a ring (M04)."""
         value = _check_bytes(_check_key(key), value, "value")
         new_size = len(value)
         self._admit(key, lambda: new_size)
-        entry = self._entries.get(key)
+        entry = self._entry(key)
         if entry is None:
             self._entries[key] = _Entry(ENTRY_KIND_SCALAR, value, new_size, self._now_ms)
             self._size += new_size
         else:
             self._size += new_size - entry.size
             entry.kind, entry.value, entry.items = ENTRY_KIND_SCALAR, value, None
-            entry.size = new_size
+            entry.size, entry.vstart, entry.edit = new_size, -1, None
             self._touch(key, entry)
         self._dirty = True
         self._after_growth()
@@ -293,7 +351,7 @@ class Memory:
         """Remove `key`; deleting an absent key is a no-op (M06)."""
         entry = self._entries.pop(_check_key(key), None)
         if entry is not None:
-            self._size -= entry.size
+            self._size -= _size_of(entry)
             self._dirty = True
 
     # -- rings -----------------------------------------------------------------------
@@ -307,7 +365,7 @@ class Memory:
             TypeError: `key` holds a scalar (M09).
             RingCorruptError: the stored encoding is broken.
         """
-        entry = self._entries.get(_check_key(key))
+        entry = self._entry(_check_key(key))
         if entry is None:
             return ()
         if entry.kind != ENTRY_KIND_RING:
@@ -326,36 +384,30 @@ class Memory:
             raise TypeError(f"max_items must be an int, got {max_items!r}")
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
-        current = self._entries.get(key)
+        current = self._entry(key)
         if current is not None and current.kind != ENTRY_KIND_RING:
             raise TypeError(f"memory key {key!r} holds a scalar; append needs a ring")
 
         def ring_size_after() -> int:
-            entry = self._entries.get(key)
+            entry = self._entry(key)
             if entry is None or entry.kind != ENTRY_KIND_RING:
                 return RING_HEADER_BYTES + item_cost(len(item))  # a scalar is rejected below
-            items = self._items(key, entry)
-            dropped = max(0, len(items) + 1 - max_items)
-            freed = sum(item_cost(len(items[i])) for i in range(dropped))
+            freed = self._edit(key, entry).freed_by_append(max_items)
             return entry.size + item_cost(len(item)) - freed
 
         self._admit(key, ring_size_after)
-        entry = self._entries.get(key)
+        entry = self._entry(key)
         if entry is None:
             entry = _Entry(ENTRY_KIND_RING, None, RING_HEADER_BYTES, self._now_ms)
-            entry.items = deque()
+            entry.edit = RingEdit(key, _EMPTY_RING, lengths=())
             self._entries[key] = entry
             self._size += RING_HEADER_BYTES
         elif entry.kind != ENTRY_KIND_RING:  # a compactor rewrote the key as a scalar
             raise TypeError(f"memory key {key!r} holds a scalar; append needs a ring")
-        items = self._items(key, entry)
-        items.append(item)
-        delta = item_cost(len(item))
-        while len(items) > max_items:
-            delta -= item_cost(len(items.popleft()))
+        delta = self._edit(key, entry).append(item, max_items)
         entry.size += delta
         self._size += delta
-        entry.value = None
+        entry.items = None
         self._touch(key, entry)
         self._after_growth()
 
@@ -363,36 +415,93 @@ class Memory:
 
     def to_blob(self) -> MemoryBlob:
         """The staged state as a versioned MemoryBlob, least-recently-used first (M01, M02)."""
-        messages = []
-        for key, entry in self._entries.items():
-            msg = entry.msg
-            if msg is None:
-                if entry.value is None:
-                    assert entry.items is not None
-                    entry.value = encode_ring(entry.items)
-                msg = MemoryEntry(key=key, value=entry.value, last_access_ms=entry.last_access_ms,
-                                  kind=entry.kind)
-                entry.msg = msg
-            messages.append(msg)
-        blob = MemoryBlob(state_schema_version=STATE_SCHEMA_VERSION, total_value_bytes=self._size)
-        blob.entries.extend(messages)
-        return blob
+        return MemoryBlob.FromString(self.to_bytes())
 
     def to_bytes(self) -> bytes:
-        """`to_blob()` serialized deterministically, as keyed state stores it."""
-        return self.to_blob().SerializeToString(deterministic=True)
+        """The staged state serialized deterministically, as keyed state stores it.
+
+        Byte-identical to ``SerializeToString(deterministic=True)`` of the
+        same entries; unchanged entries are copied from the loaded bytes rather
+        than re-encoded (see the module docstring).
+        """
+        source = memoryview(self._source)
+        parts: list[bytes | memoryview] = [BLOB_HEADER]
+        run_start = run_end = -1  # a stretch of unchanged, adjacent source entries
+        for key, entry in self._entries.items():
+            if isinstance(entry, tuple):
+                start, end = entry[2], entry[3]
+            elif entry.span is not None:
+                start, end = entry.span
+            else:
+                if run_end >= 0:
+                    parts.append(source[run_start:run_end])
+                    run_start = run_end = -1
+                assert entry.last_access_ms is not None  # only a stamp clears a span
+                parts += entry_parts(key, self._value(entry), entry.last_access_ms, entry.kind)
+                continue
+            if start != run_end:
+                if run_end >= 0:
+                    parts.append(source[run_start:run_end])
+                run_start = start
+            run_end = end
+        if run_end >= 0:
+            parts.append(source[run_start:run_end])
+        parts.append(total_field(self._size))
+        return b"".join(parts)
 
     # -- internals ---------------------------------------------------------------------
 
-    def _items(self, key: str, entry: _Entry) -> deque[bytes]:
+    def _entry(self, key: str) -> _Entry | None:
+        """The entry at `key`, made an `_Entry` if no operation has reached it before."""
+        entry = self._entries.get(key)
+        if not isinstance(entry, tuple):
+            return entry
+        kind, size, start, end, vstart = entry
+        reached = self._entries[key] = _Entry(kind, None, size, None)
+        reached.span, reached.vstart = (start, end), vstart
+        return reached
+
+    def _value(self, entry: _Entry) -> bytes:
+        """The entry's encoded value bytes, copied out of the source or encoded if edited."""
+        if entry.edit is not None:
+            return entry.edit.encode()
+        value = entry.value
+        if value is None:
+            value = entry.value = self._source[entry.vstart:entry.vstart + entry.size]
+        return value
+
+    def _items(self, key: str, entry: _Entry) -> list[bytes]:
+        """A ring's items for reading, decoded once until the next append."""
         if entry.items is None:
-            assert entry.value is not None
-            entry.items = deque(decode_ring(key, entry.value))
+            if entry.edit is not None:
+                entry.items = entry.edit.items(key)
+            else:
+                entry.items = decode_ring(key, *self._encoded(entry))
         return entry.items
+
+    def _edit(self, key: str, entry: _Entry) -> RingEdit:
+        """The ring's `RingEdit`, started from its encoded value on the first append.
+
+        Raises:
+            RingCorruptError: the stored encoding is broken; nothing has changed.
+        """
+        edit = entry.edit
+        if edit is None:
+            items = entry.items  # decoded by an earlier read: their lengths are known
+            edit = RingEdit(key, *self._encoded(entry),
+                            lengths=None if items is None else map(len, items))
+            entry.edit, entry.value = edit, None
+        return edit
+
+    def _encoded(self, entry: _Entry) -> tuple[bytes, int, int]:
+        """Where a value's encoding is: its own bytes, or a stretch of the source."""
+        if entry.value is not None:
+            return entry.value, 0, len(entry.value)
+        return self._source, entry.vstart, entry.vstart + entry.size
 
     def _touch(self, key: str, entry: _Entry) -> None:
         entry.last_access_ms = self._now_ms
-        entry.msg = None
+        entry.span = None
         entries = self._entries
         entries[key] = entries.pop(key)  # move to most-recently-used
         self._dirty = True
@@ -416,7 +525,7 @@ class Memory:
 
     def _prospective(self, key: str, new_size: Callable[[], int]) -> int:
         entry = self._entries.get(key)
-        return self._size - (0 if entry is None else entry.size) + new_size()
+        return self._size - (0 if entry is None else _size_of(entry)) + new_size()
 
     def _after_growth(self) -> None:
         """Soft-cap handling once a write has landed (M11, M12)."""

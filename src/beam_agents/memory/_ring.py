@@ -11,15 +11,32 @@ compact, versioned and length-prefixed::
 An empty ring is the single version byte. Every item costs its length plus
 its varint prefix, which is what lets `Memory` keep the encoded size of a ring
 exact on every append without re-encoding it (see `item_cost`).
+
+The decoders take the ring as a slice ``data[start:end]`` of a larger buffer,
+so `Memory` can read a ring straight out of the blob it loaded without first
+copying its value out. They run once per item of every ring an activation
+reads or appends to, so their loops check as little as they can per item and
+re-walk with full checks only when something is off (`_walk_carefully`),
+which then reports exactly what is wrong.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 from beam_agents.errors import RingCorruptError
 
-__all__ = ["RING_HEADER_BYTES", "RING_VERSION", "decode_ring", "encode_ring", "item_cost"]
+__all__ = [
+    "RING_HEADER_BYTES",
+    "RING_VERSION",
+    "RingEdit",
+    "decode_ring",
+    "encode_ring",
+    "encode_varint",
+    "item_cost",
+    "item_lengths",
+]
 
 RING_VERSION = 1
 RING_HEADER_BYTES = 1
@@ -31,7 +48,12 @@ def item_cost(item_len: int) -> int:
     return item_len + (1 if item_len < 0x80 else (item_len.bit_length() + 6) // 7)
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """The protobuf base-128 varint of a non-negative `value`, in its minimal form."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -40,35 +62,105 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+
+
 def encode_ring(items: Iterable[bytes]) -> bytes:
     """Encode `items` oldest first; the inverse of `decode_ring`."""
     parts = [_HEADER]
+    add = parts.append
     for item in items:
-        parts.append(_varint(len(item)))
-        parts.append(item)
+        add(encode_varint(len(item)))
+        add(item)
     return b"".join(parts)
 
 
-def decode_ring(key: str, data: bytes) -> list[bytes]:
-    """Decode a ring's value bytes into its items, oldest first.
+def decode_ring(key: str, data: bytes, start: int = 0, end: int | None = None) -> list[bytes]:
+    """Decode the ring ``data[start:end]`` into its items, oldest first.
 
     Raises:
         RingCorruptError: the bytes are not a ring encoding; the error names
             `key`, never surfacing as IndexError or struct.error.
     """
-    if not data:
-        raise RingCorruptError(key, "empty value, expected a version byte")
-    if data[0] != RING_VERSION:
-        raise RingCorruptError(key, f"unknown ring encoding version {data[0]}")
+    end = len(data) if end is None else end
+    _check_header(key, data, start, end)
+    return _decode_items(key, data, start, start + RING_HEADER_BYTES, end)
+
+
+def item_lengths(key: str, data: bytes, start: int = 0, end: int | None = None) -> list[int]:
+    """The lengths of the items of ring ``data[start:end]``, checked as `decode_ring` does.
+
+    It walks the length prefixes only and copies no item, which is all an
+    append needs to know (see `RingEdit`).
+
+    Raises:
+        RingCorruptError: the bytes are not a ring encoding; names `key`.
+    """
+    end = len(data) if end is None else end
+    _check_header(key, data, start, end)
+    lengths: list[int] = []
+    add = lengths.append
+    pos = start + RING_HEADER_BYTES
+    try:
+        while pos < end:
+            length = data[pos]
+            if length < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                length = (length & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                break  # a longer prefix: the careful walk handles it
+            add(length)
+            pos += length
+    except IndexError:
+        pos = -1
+    if pos != end:  # an overrun, a long prefix, or corruption: walk again with every check
+        return _walk_carefully(key, data, start, end, copy=False)  # type: ignore[return-value]
+    return lengths
+
+
+def _decode_items(key: str, data: bytes, origin: int, pos: int, end: int) -> list[bytes]:
+    """Decode the items in ``data[pos:end]`` of the ring that starts at `origin`."""
     items: list[bytes] = []
-    pos, end = 1, len(data)
+    add = items.append
+    try:
+        while pos < end:
+            length = data[pos]
+            if length < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                length = (length & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                break  # a longer prefix: the careful walk handles it
+            following = pos + length
+            add(data[pos:following])
+            pos = following
+    except IndexError:
+        pos = -1
+    if pos != end:  # an overrun, a long prefix, or corruption: walk again with every check
+        return _walk_carefully(key, data, origin, end, copy=True)  # type: ignore[return-value]
+    return items
+
+
+def _walk_carefully(key: str, data: bytes, start: int, end: int,
+                    *, copy: bool) -> list[bytes] | list[int]:
+    """Walk the ring ``data[start:end]`` checking every byte; items or lengths.
+
+    Raises:
+        RingCorruptError: with the first problem found; positions count from
+            the ring's version byte.
+    """
+    found: list[bytes] | list[int] = []
+    pos = start + RING_HEADER_BYTES
     while pos < end:
         length = shift = 0
         while True:
             if pos >= end:
-                raise RingCorruptError(key, f"truncated length prefix at byte {pos}")
+                raise RingCorruptError(key, f"truncated length prefix at byte {pos - start}")
             if shift > 63:
-                raise RingCorruptError(key, f"length prefix too long at byte {pos}")
+                raise RingCorruptError(key, f"length prefix too long at byte {pos - start}")
             byte = data[pos]
             pos += 1
             length |= (byte & 0x7F) << shift
@@ -77,8 +169,78 @@ def decode_ring(key: str, data: bytes) -> list[bytes]:
             shift += 7
         if pos + length > end:
             raise RingCorruptError(
-                key, f"item {len(items)} claims {length} bytes but {end - pos} remain"
+                key, f"item {len(found)} claims {length} bytes but {end - pos} remain"
             )
-        items.append(data[pos : pos + length])
+        found.append(data[pos:pos + length] if copy else length)  # type: ignore[arg-type]
         pos += length
-    return items
+    return found
+
+
+def _check_header(key: str, data: bytes, start: int, end: int) -> None:
+    if start >= end:
+        raise RingCorruptError(key, "empty value, expected a version byte")
+    if data[start] != RING_VERSION:
+        raise RingCorruptError(key, f"unknown ring encoding version {data[start]}")
+
+
+class RingEdit:
+    """A ring being appended to, kept as its encoded bytes plus the items added since.
+
+    An append costs O(item) and decodes nothing: `lengths` holds every current
+    item's length, oldest first, so dropping the oldest items only moves
+    `head` past them in the encoded base ``data[start:end]`` (or, once the
+    base is used up, drops appended items). `encode` is one join of the kept
+    base bytes and the new items. Building one walks the base's length
+    prefixes once, which also checks the encoding (`RingCorruptError` names
+    the key), unless the caller already knows the lengths from decoded items.
+    """
+
+    __slots__ = ("_base_items", "_data", "_end", "_head", "_lengths", "_tail")
+
+    def __init__(self, key: str, data: bytes, start: int = 0, end: int | None = None,
+                 lengths: Iterable[int] | None = None) -> None:
+        end = len(data) if end is None else end
+        self._lengths = deque(item_lengths(key, data, start, end) if lengths is None
+                              else lengths)
+        self._data, self._end = data, end
+        self._head = start + RING_HEADER_BYTES  # where the first kept base item starts
+        self._base_items = len(self._lengths)  # base items still kept
+        self._tail: deque[bytes] = deque()  # items appended since, oldest first
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def freed_by_append(self, max_items: int) -> int:
+        """Encoded bytes that one more append under `max_items` would drop from the front."""
+        lengths = self._lengths
+        return sum(item_cost(lengths[i]) for i in range(len(lengths) + 1 - max_items))
+
+    def append(self, item: bytes, max_items: int) -> int:
+        """Append `item`, dropping the oldest beyond `max_items`; returns the size change."""
+        lengths, tail = self._lengths, self._tail
+        lengths.append(len(item))
+        tail.append(item)
+        delta = item_cost(len(item))
+        while len(lengths) > max_items:
+            cost = item_cost(lengths.popleft())
+            delta -= cost
+            if self._base_items:
+                self._base_items -= 1
+                self._head += cost
+            else:
+                tail.popleft()
+        return delta
+
+    def items(self, key: str) -> list[bytes]:
+        """The current items, oldest first."""
+        base = _decode_items(key, self._data, self._head - RING_HEADER_BYTES, self._head,
+                             self._end) if self._base_items else []
+        return [*base, *self._tail]
+
+    def encode(self) -> bytes:
+        """The current ring encoding; kept base items are copied, not re-encoded."""
+        parts: list[bytes | memoryview] = [
+            _HEADER, memoryview(self._data)[self._head:self._end]]
+        for item in self._tail:
+            parts += (encode_varint(len(item)), item)
+        return b"".join(parts)

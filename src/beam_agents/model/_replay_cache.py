@@ -16,10 +16,18 @@ stored digest-only, so a replay can still prove what the provider returned
 Cost model. The parsed blob is the working copy and is edited in place, so
 `to_blob()` is one C-level message copy and never rebuilds an entry. Loading
 reads three fields per entry (key, response, digest), through C-level ``map``
-passes; other fields are read only for entries an operation touches. The serialized
-size is measured once per facade, by protobuf itself and only when a `put` (or
-`size_bytes`) first needs it; from then on every change adjusts it by exact
-field lengths, so enforcing the cap never serializes anything.
+passes; other fields are read only for entries an operation touches.
+
+The cap is enforced without serializing. Every change adjusts the entries'
+serialized size by exact field lengths, starting from a bound: re-encoding
+parsed bytes never lengthens them (minimal varints, one occurrence per field,
+no defaults, unknown fields dropped), so the length of the incoming bytes
+bounds the size from above, and equals it for the canonical bytes this
+library writes. While the bound keeps a `put` under the cap, nothing is
+measured; only when it would evict for size (or `size_bytes` is read) does
+protobuf measure the exact size, once per facade (a measurement serializes
+the blob, which costs as much as writing it). Eviction therefore decides
+exactly as if the size had been known all along.
 """
 
 from __future__ import annotations
@@ -51,7 +59,6 @@ _CELL: Final = "llm_cache"
 _DIGEST_BYTES: Final = 32
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
-_UNMEASURED: Final = -1
 _key_of = attrgetter("cache_key")
 _response_of = attrgetter("response")
 _digest_of = attrgetter("response_digest")
@@ -95,7 +102,7 @@ class ReplayCache:
     did (invariants 2 and 3). Not thread-safe: one activation owns it.
     """
 
-    __slots__ = ("_blob", "_dirty", "_entries_bytes", "_keys", "_keyset", "_now_ms",
+    __slots__ = ("_blob", "_dirty", "_entries_bytes", "_exact", "_keys", "_keyset", "_now_ms",
                  "_purged", "_total")
 
     def __init__(self, blob: LlmCacheBlob | bytes | None = None, *, now_ms: int) -> None:
@@ -129,11 +136,20 @@ class ReplayCache:
         self._keys: list[str] = list(map(_key_of, entries))  # LRU order, parallel to entries
         self._keyset = set(self._keys)
         self._total = sum(map(len, map(_response_of, entries)))
-        # Serialized size of the entries, wrappers included; measured when first needed.
-        self._entries_bytes = _UNMEASURED
+        # Serialized size of the entries, wrappers included: exact once `_exact`,
+        # until then an upper bound taken from the incoming bytes (module docstring).
+        self._exact = not entries
+        self._entries_bytes = 0
+        if entries:
+            if isinstance(blob, bytes | bytearray | memoryview):
+                self._entries_bytes = len(blob) - _blob_size(0, self._total)
+            else:
+                self._measure()  # a message has no incoming bytes to bound it
         # Whether no expired entry is left for put to purge. now_ms is fixed and
-        # new entries are created at now_ms, so once true it stays true.
-        self._purged = not entries
+        # new entries are created at now_ms, so once true it stays true. Reading
+        # the creation times here, while `entries` holds the wrappers, is a
+        # fraction of what a purge pass over the blob costs later.
+        self._purged = not entries or now_ms - min(map(_created_of, entries)) <= TTL_MS
 
         # Re-serializing parsed bytes never lengthens them (minimal varints, one
         # occurrence per field, no defaults, unknown fields dropped), so only a
@@ -174,14 +190,15 @@ class ReplayCache:
     @property
     def size_bytes(self) -> int:
         """Exactly ``to_blob().ByteSize()``, kept up to date without serializing."""
-        return _blob_size(self._measured_entries_bytes(), self._total)
+        self._measure()
+        return _blob_size(self._entries_bytes, self._total)
 
-    def _measured_entries_bytes(self) -> int:
-        if self._entries_bytes == _UNMEASURED:
-            # The one measurement per facade (see the module docstring).
+    def _measure(self) -> None:
+        """Replace the bound by the exact size; at most once per facade."""
+        if not self._exact:
             self._blob.total_response_bytes = self._total
             self._entries_bytes = self._blob.ByteSize() - _blob_size(0, self._total)
-        return self._entries_bytes
+            self._exact = True
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -249,7 +266,12 @@ class ReplayCache:
             )
         last_access = entry.last_access_ms
         if last_access != now:
-            if self._entries_bytes != _UNMEASURED:
+            # Stamps of one varint length re-encode to the same size (the usual
+            # case: both are recent epoch milliseconds), so only a stamp that
+            # changes length costs a size computation.
+            same_width = (last_access > 0 and now > 0
+                          and (last_access.bit_length() + 6) // 7 == (now.bit_length() + 6) // 7)
+            if not same_width:
                 key_bytes = _utf8_length(cache_key)
                 self._entries_bytes += _entry_size(
                     key_bytes, len(response), digest_only, created, now
@@ -310,15 +332,18 @@ class ReplayCache:
         digest = hashlib.sha256(data).digest()
 
         # Everything that can fail has been checked; from here the put applies whole.
-        self._measured_entries_bytes()
         if not self._purged:
             self._purge_expired()
         if cache_key in self._keyset:
             self._remove(self._keys.index(cache_key))
-        while self._keys and (
-            len(self._keys) >= MAX_ENTRIES
-            or _blob_size(self._entries_bytes + size, self._total + len(stored)) > MAX_BLOB_BYTES
-        ):
+        keys = self._keys
+        while keys:
+            if len(keys) < MAX_ENTRIES and _blob_size(
+                    self._entries_bytes + size, self._total + len(stored)) <= MAX_BLOB_BYTES:
+                break
+            if len(keys) < MAX_ENTRIES and not self._exact:
+                self._measure()  # only the bound is over the cap; decide on the exact size
+                continue
             self._remove(0)
         self._blob.entries.add(cache_key=cache_key, response=stored, response_digest=digest,
                                digest_only=digest_only, created_at_ms=now, last_access_ms=now)
@@ -334,8 +359,7 @@ class ReplayCache:
         entries = self._blob.entries
         entry = entries[index]
         response_bytes = len(entry.response)
-        if self._entries_bytes != _UNMEASURED:
-            self._entries_bytes -= _entry_size_of(entry, response_bytes)
+        self._entries_bytes -= _entry_size_of(entry, response_bytes)
         self._total -= response_bytes
         del entries[index]
         self._keyset.remove(self._keys.pop(index))
