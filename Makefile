@@ -5,7 +5,7 @@ LATEST := .venv-beam-latest
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test lint protos demo clean
+.PHONY: test lint protos demo bench clean
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -33,7 +33,7 @@ $(EMULATOR)/node_modules/.installed: $(EMULATOR)/package.json $(EMULATOR)/packag
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy src
+	$(VENV)/bin/mypy src benchmarks
 
 test: lint $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
 	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
@@ -54,6 +54,10 @@ demo: $(VENV)/.installed
 	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"
+
+# The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
+bench: $(VENV)/.installed
+	$(VENV)/bin/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(TOOLS) out .pytest_cache .hypothesis

@@ -1,0 +1,139 @@
+"""PNG figures of the results, drawn with matplotlib's Agg backend (no display needed).
+
+One figure per benchmark, named ``b<N>_<topic>.png`` next to ``latest.json``.
+Bars show medians with min-max whiskers; the scaling figure is log-log so
+that a slope of 1 (linear cost) reads as a straight 45-degree line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+
+from benchmarks._child import MODULES
+
+__all__ = ["FIGURES", "draw_all"]
+
+#: Benchmark id -> file name of its figure: the module's name, ``b1_activation.png``.
+FIGURES = {bench: module.rsplit(".", 1)[1] + ".png" for bench, module in MODULES.items()}
+
+
+def _bars(ax: Axes, labels: list[str], stats: list[Mapping[str, float]], unit: str,
+          colors: list[str]) -> None:
+    medians = [s["median"] for s in stats]
+    low = [s["median"] - s["min"] for s in stats]
+    high = [s["max"] - s["median"] for s in stats]
+    ax.bar(labels, medians, yerr=[low, high], capsize=4, color=colors)
+    ax.set_ylabel(unit)
+    for index, (value, top) in enumerate(zip(medians, (s["max"] for s in stats), strict=True)):
+        ax.annotate(f"{value:,.0f}" if value >= 100 else f"{value:.2f}", (index, top),
+                    ha="center", va="bottom", fontsize=8, xytext=(0, 3),
+                    textcoords="offset points")
+    ax.set_ylim(0, max(s["max"] for s in stats) * 1.15)
+
+
+def _b1(result: Mapping[str, Any], ax: Axes) -> None:
+    cells = result["cells"]
+    _bars(ax, ["floor", "facades", "naive\n(pickle)", "memory\nfloor", "memory\nfacade",
+               "cache\nfloor", "cache\nfacade"],
+          [result["floor_us"], result["facade_us"], result["naive_us"],
+           cells["memory"]["floor_us"], cells["memory"]["facade_us"],
+           cells["cache"]["floor_us"], cells["cache"]["facade_us"]],
+          "µs per activation",
+          ["#888888", "#1f77b4", "#d62728", "#bbbbbb", "#6baed6", "#bbbbbb", "#6baed6"])
+    ax.set_title(f"B1 activation: {result['ratio']:.2f}x the floor (target "
+                 f"{result['target']}x)")
+
+
+def _b2(result: Mapping[str, Any], ax: Axes) -> None:
+    _bars(ax, ["bare DoFn", "AgentDoFn\n(sync agent)", "AgentDoFn\n(async agent)"],
+          [result["bare_events_per_s"], result["agent_events_per_s"],
+           result["agent_async_events_per_s"]],
+          "events/s (marginal)", ["#888888", "#1f77b4", "#6baed6"])
+    ax.set_title(f"B2 DirectRunner: {result['ratio']:.2f}x the bare DoFn's cost per event "
+                 f"(target {result['target']}x)")
+
+
+def _b3(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
+    for ax, series, xlabel in ((axes[0], result["memory"], "memory blob bytes"),
+                               (axes[1], result["cache"], "cache entries")):
+        points = series["points"]
+        xs = [p["blob_bytes"] if xlabel.startswith("memory") else p["x"] for p in points]
+        for key, label, color in (("facade_us", f"facade (slope {series['facade_slope']})",
+                                   "#1f77b4"),
+                                  ("floor_us", f"protobuf floor (slope {series['floor_slope']})",
+                                   "#888888")):
+            ax.errorbar(xs, [p[key]["median"] for p in points],
+                        yerr=[[p[key]["median"] - p[key]["min"] for p in points],
+                              [p[key]["max"] - p[key]["median"] for p in points]],
+                        marker="o", capsize=3, label=label, color=color)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("µs per activation")
+        ax.legend(fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_title("B3 memory: cost vs blob size")
+    axes[1].set_title("B3 cache: cost vs entries")
+
+
+def _b4(result: Mapping[str, Any], ax: Axes) -> None:
+    series = result["series_key0"]
+    ax.plot(series["event"], series["state_bytes"], color="#1f77b4", lw=1,
+            label="state bytes, key 0")
+    ax.axhline(result["bound_bytes"], color="#d62728", ls="--",
+               label=f"bound {result['bound_bytes']:,} B")
+    ax.axhline(786_432, color="#888888", ls=":", label="memory soft cap 786,432 B")
+    ax.set_xlabel("event number (all keys)")
+    ax.set_ylabel("bytes")
+    ax.set_ylim(0, result["bound_bytes"] * 1.1)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"B4 soak: max {result['max_state_bytes']:,} B per key, "
+                 f"{result['compactions']} compactions, "
+                 f"{result['failed_activations']} failures")
+
+
+def _b5(result: Mapping[str, Any], ax: Axes) -> None:
+    _bars(ax, ["compute_cache_key", "naive json + sha256"],
+          [result["ours_keys_per_s"], result["naive_keys_per_s"]], "keys/s",
+          ["#1f77b4", "#888888"])
+    ax.set_title(f"B5 cache keys: {result['ratio']:.2f}x the naive time per key")
+
+
+def _b6(result: Mapping[str, Any], ax: Axes) -> None:
+    _bars(ax, ["pipeline\n(1 worker)", "serial\n(1 at a time)", "core, 10 keys\noverlapped"],
+          [result["pipeline_events_per_s"], result["serial_events_per_s"],
+           result["overlapped_core_events_per_s"]],
+          "events/s", ["#1f77b4", "#888888", "#6baed6"])
+    ax.axhline(1000 / result["latency_ms"], color="#d62728", ls="--",
+               label=f"1 / latency = {1000 / result['latency_ms']:.0f}/s")
+    ax.legend(fontsize=8)
+    ax.set_title(f"B6 {result['latency_ms']} ms model: pipeline {result['ratio']:.2f}x serial")
+
+
+def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
+    """Draw a figure for every benchmark present in `results`; returns the files written."""
+    written = []
+    for name, filename in FIGURES.items():
+        if name not in results:
+            continue
+        if name == "B3":
+            fig, pair = plt.subplots(1, 2, figsize=(11, 4.2))
+            _b3(results[name], (pair[0], pair[1]))
+        else:
+            fig, ax = plt.subplots(figsize=(8, 4.2))
+            {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B6": _b6}[name](results[name], ax)
+        fig.tight_layout()
+        path = out / filename
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

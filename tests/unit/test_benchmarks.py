@@ -1,0 +1,46 @@
+"""The benchmark suite runs end to end in quick mode and writes every field it promises.
+
+No timing is asserted here: benchmarks report ratios measured side by side,
+and a test that failed on a slow machine would measure the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(120)
+
+TARGETED = ("B1", "B2", "B4")
+
+
+def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=110, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    document = json.loads((tmp_path / "latest.json").read_text())
+    assert document["environment"]["quick"] is True
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6"):
+        result = document[name]
+        assert result["name"] and result["note"], name
+        assert isinstance(result["ratio"], int | float), name
+        if name in TARGETED:
+            assert isinstance(result["met"], bool), name
+            assert isinstance(result["target"], int | float), name
+    for stat in ("floor_us", "facade_us", "naive_us"):
+        assert set(document["B1"][stat]) == {"median", "min", "max"}
+    assert {"median", "min", "max"} <= set(document["B1"]["ratio_default_malloc"])
+    assert document["B4"]["max_state_bytes"] > 0
+    assert document["B4"]["failed_activations"] == 0
+    assert document["B5"]["check_passed"] is True
+    assert {"pipeline_events_per_s", "serial_events_per_s"} <= set(document["B6"])
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "b1_activation.png", "b2_pipeline.png", "b3_scaling.png", "b4_soak.png",
+        "b5_cache_key.png", "b6_latency.png"]
+    assert "B1" in done.stdout and "met" in done.stdout  # the table was printed
