@@ -11,6 +11,7 @@ logged, so the test can see which activations ran before and after the crash.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ class CrashAfterFlushConfig:
         marker: Created at the crash; while it exists no crash happens.
         flush_log: Every flush appends ``<before|after> <entity> <seq>``.
         flush_delay_ms: Paces activations so that checkpoints complete mid-stream.
+        kill_process: Exit the worker process instead of raising in it.
     """
 
     inner: LongtermStoreConfig
@@ -43,6 +45,7 @@ class CrashAfterFlushConfig:
     marker: str
     flush_log: str
     flush_delay_ms: int = 0
+    kill_process: bool = False
 
     def open(self) -> LongtermStore:
         """Open the inner store behind the crashing wrapper."""
@@ -73,5 +76,7 @@ class _CrashingStore:
         if (phase == "before" and entity_key == self._config.entity_key
                 and self._seq == self._config.crash_seq):
             marker.touch()
+            if self._config.kill_process:
+                os._exit(70)  # the Python worker dies outright, as under the OOM killer
             raise WorkerCrash(f"injected crash after the flush of seq {self._seq}")
         return receipt

@@ -25,13 +25,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--marker", required=True)
     parser.add_argument("--flush_log", required=True)
     parser.add_argument("--flush_delay_ms", type=int, default=0)
+    parser.add_argument("--kill_process", action="store_true")
     fault = parser.parse_args(argv[:split])
     options, config = parse_args(argv[split + 1:])
     assert config.longterm_memory is not None, "the failover job needs --longterm_store"
     config = dataclasses.replace(config, longterm_memory=CrashAfterFlushConfig(
         inner=config.longterm_memory, entity_key=fault.crash_entity.encode(),
         crash_seq=fault.crash_seq, marker=fault.marker, flush_log=fault.flush_log,
-        flush_delay_ms=fault.flush_delay_ms))
+        flush_delay_ms=fault.flush_delay_ms, kill_process=fault.kill_process))
     env = environment(options)
     build_job(env, options, config)
     env.execute(options.job_name)

@@ -7,6 +7,11 @@ it. Flink restores the last checkpoint and replays: activation N runs again
 and re-flushes (invariant 5's seq guard makes that converge), and nothing
 is lost or emitted twice once intents are de-duplicated by
 ``(entity_key, seq, index)``.
+
+It runs twice over: on MiniClusters against SQLite and the Firestore server
+(the crash is an exception that fails the task), and on a standalone cluster
+where the crash kills the Python worker process outright and the task
+manager starts a new one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import pytest
 
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.stores import FirestoreLongtermConfig, SqliteLongtermConfig
-from tests.flink.conftest import job_env, part_lines, run_job, store_rows
+from tests.flink.conftest import REPO, flink_run, job_env, part_lines, run_job, store_rows
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -40,18 +45,27 @@ def _write_events(path: Path) -> None:
 
 
 def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
-         env: dict[str, str]) -> list[tuple[str, str, int]]:
-    """Run the job (crashing at `crash_seq`, 0 for none); returns the flush log."""
+         env: dict[str, str], cluster: str | None = None) -> list[tuple[str, str, int]]:
+    """Run the job (crashing at `crash_seq`, 0 for none); returns the flush log.
+
+    Locally the job runs on a MiniCluster, where PyFlink runs the Python
+    operator inside the client process, so the crash is an exception that
+    fails the task. On a `cluster` the operator runs in a Python worker
+    process of its own, and the crash kills that process.
+    """
     log = out / "flushes.log"
-    run_job(["-m", "tests.flink.failover_job",
-             "--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
+    fault = ["--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
              "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
-             "--flush_delay_ms", "10", "--",
-             "--input_files", str(events), "--output_path", str(out / "intents"),
-             "--errors_path", str(out / "errors"), "--agent", "tests.agents:journal",
-             *store_flags, "--python_executable", sys.executable, "--parallelism", "2",
-             "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
-             "--restart_delay_ms", "200"], env=env)
+             "--flush_delay_ms", "10", *(["--kill_process"] if cluster else []), "--"]
+    job = ["--input_files", str(events), "--output_path", str(out / "intents"),
+           "--errors_path", str(out / "errors"), "--agent", "tests.agents:journal",
+           *store_flags, "--python_executable", sys.executable, "--parallelism", "2",
+           "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
+           "--restart_delay_ms", "200"]
+    if cluster is None:
+        run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env)
+    else:
+        flink_run(cluster, env, REPO / "tests" / "flink" / "failover_job.py", [*fault, *job])
     entries = []
     for line in log.read_text().splitlines():
         phase, entity, seq = line.split()
@@ -81,21 +95,9 @@ def _dedup(lines: list[bytes]) -> dict[tuple[str, int, int], bytes]:
     return by_id
 
 
-@pytest.mark.spec("M21")
-@pytest.mark.parametrize("backend", ["sqlite", "firestore"])
-def test_a_worker_crash_after_a_flush_restores_and_converges_on_flink(
-        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """THEN the retry re-flushes byte-identical rows and emits byte-identical intents."""
-    events = tmp_path / "events.jsonl"
-    _write_events(events)
-    clean_config, clean_flags, env = _store(backend, tmp_path, "clean", request)
-    chaos_config, chaos_flags, _ = _store(backend, tmp_path, "chaos", request)
-    (tmp_path / "clean").mkdir(exist_ok=True)
-    (tmp_path / "chaos").mkdir(exist_ok=True)
-
-    clean_log = _run(events, tmp_path / "clean", clean_flags, crash_seq=0, env=env)
-    chaos_log = _run(events, tmp_path / "chaos", chaos_flags, crash_seq=CRASH_SEQ, env=env)
-
+def _check_convergence(tmp_path: Path, clean_config: LongtermStoreConfig,
+                       chaos_config: LongtermStoreConfig, clean_log: list[tuple[str, str, int]],
+                       chaos_log: list[tuple[str, str, int]]) -> None:
     # The fault happened once, after N's flush, and Flink restored a checkpoint:
     dead_letters = part_lines(tmp_path / "chaos" / "errors")
     assert (tmp_path / "chaos" / "crashed.marker").exists(), (chaos_log[-5:], dead_letters[:3])
@@ -118,3 +120,41 @@ def test_a_worker_crash_after_a_flush_restores_and_converges_on_flink(
     assert len(clean) == len(ENTITIES) * EVENTS_PER_ENTITY
     assert chaos == clean
     assert dead_letters == []
+
+
+@pytest.mark.spec("M21")
+@pytest.mark.parametrize("backend", ["sqlite", "firestore"])
+def test_a_worker_crash_after_a_flush_restores_and_converges_on_flink(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """THEN the retry re-flushes byte-identical rows and emits byte-identical intents."""
+    events = tmp_path / "events.jsonl"
+    _write_events(events)
+    clean_config, clean_flags, env = _store(backend, tmp_path, "clean", request)
+    chaos_config, chaos_flags, _ = _store(backend, tmp_path, "chaos", request)
+    (tmp_path / "clean").mkdir(exist_ok=True)
+    (tmp_path / "chaos").mkdir(exist_ok=True)
+
+    clean_log = _run(events, tmp_path / "clean", clean_flags, crash_seq=0, env=env)
+    chaos_log = _run(events, tmp_path / "chaos", chaos_flags, crash_seq=CRASH_SEQ, env=env)
+
+    _check_convergence(tmp_path, clean_config, chaos_config, clean_log, chaos_log)
+
+
+@pytest.mark.spec("M21")
+def test_a_killed_python_worker_on_a_cluster_restores_and_converges(
+        tmp_path: Path, request: pytest.FixtureRequest,
+        flink_cluster: tuple[str, dict[str, str]]) -> None:
+    """THEN the retry re-flushes byte-identical rows and emits byte-identical intents."""
+    address, cluster_env = flink_cluster
+    events = tmp_path / "events.jsonl"
+    _write_events(events)
+    clean_config, clean_flags, env = _store("sqlite", tmp_path, "clean", request)
+    chaos_config, chaos_flags, _ = _store("sqlite", tmp_path, "chaos", request)
+    (tmp_path / "clean").mkdir(exist_ok=True)
+    (tmp_path / "chaos").mkdir(exist_ok=True)
+
+    clean_log = _run(events, tmp_path / "clean", clean_flags, crash_seq=0, env=env)
+    chaos_log = _run(events, tmp_path / "chaos", chaos_flags, crash_seq=CRASH_SEQ,
+                     env=cluster_env, cluster=address)
+
+    _check_convergence(tmp_path, clean_config, chaos_config, clean_log, chaos_log)
