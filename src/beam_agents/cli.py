@@ -13,6 +13,7 @@ a summary of the run's counters.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
@@ -110,6 +111,13 @@ def _run(argv: list[str]) -> int:
     for path in (opts.output_path, opts.errors_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # Library warnings (a soft cap reached, ...) start a line of their own, so the
+    # in-place progress line does not swallow them.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("\n  %(levelname)s %(name)s: %(message)s"))
+    library = logging.getLogger("beam_agents")
+    library.addHandler(handler)
+    library.propagate = False
     print("running the agent pipeline ...", file=sys.stderr)
     result = run(argv, progress_every=100)
     print(file=sys.stderr)
