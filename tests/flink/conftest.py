@@ -118,6 +118,10 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     conf["taskmanager"]["memory"]["process"]["size"] = "1280m"
     conf["rest"] = {**conf.get("rest", {}), "port": rest_port, "bind-port": str(rest_port)}
     conf["python"] = {"executable": sys.executable, "client": {"executable": sys.executable}}
+    # Counters reach the task manager's log, so a test can see them leave Python.
+    conf["metrics"] = {"reporter": {"slf4j": {
+        "factory": {"class": "org.apache.flink.metrics.slf4j.Slf4jReporterFactory"},
+        "interval": "200 ms"}}}
     (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf))
     env = job_env(FLINK_CONF_DIR=str(conf_dir), FLINK_LOG_DIR=str(log_dir),
                   FLINK_PID_DIR=str(pid_dir))
@@ -131,7 +135,7 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
                 logs = "\n".join(p.read_text()[-2000:] for p in log_dir.glob("*.log"))
                 raise AssertionError(f"the Flink cluster did not come up:\n{logs}")
             time.sleep(0.5)
-        yield f"localhost:{rest_port}", env
+        yield f"localhost:{rest_port}", {**env, "FLINK_LOG_DIR": str(log_dir)}
     finally:
         subprocess.run(["bash", str(bin_dir / "stop-cluster.sh")], env=env, check=False,
                        capture_output=True, timeout=60)

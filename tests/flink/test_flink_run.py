@@ -10,6 +10,7 @@ shipped with ``-pyfs``/``-pyarch``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def test_flink_run_submits_the_template_to_a_standalone_cluster(
     stdout = flink_run(address, env, REPO / "templates" / "flink" / "agent_job.py", [
         "--input_files", str(events), "--output_path", str(tmp_path / "intents"),
         "--errors_path", str(tmp_path / "errors"), *agent,
-        "--checkpointing_interval_ms", "1000", "--parallelism", "2"])
+        "--checkpointing_interval_ms", "1000", "--parallelism", "2",
+        "--job_name", "flink-run-test"])
     assert "Job has been submitted with JobID" in stdout
 
     run_beam(["--input_files", str(events), "--output_path", str(tmp_path / "beam.jsonl"),
@@ -41,3 +43,19 @@ def test_flink_run_submits_the_template_to_a_standalone_cluster(
     assert part_lines(tmp_path / "intents") == expected
     assert part_lines(tmp_path / "errors") == sorted(
         (tmp_path / "beam-errors.jsonl").read_bytes().splitlines())
+
+    # The counters left Python for Flink's metric system (the cluster logs them
+    # through the slf4j reporter; the reporter writes the namespace's dots as _).
+    reported = _reported_counters(Path(env["FLINK_LOG_DIR"]), "flink-run-test")
+    assert reported.get("beam_agents_runtime.activations", 0) > 0, reported
+    assert reported.get("beam_agents_model.provider_calls", 0) > 0, reported
+
+
+def _reported_counters(log_dir: Path, job_name: str) -> dict[str, int]:
+    """The largest value the task managers reported per counter of the Activate operator."""
+    pattern = re.compile(rf"\.{re.escape(job_name)}\.Activate\.\d+\.(beam_agents_\w+\.\w+): (\d+)")
+    reported: dict[str, int] = {}
+    for log in log_dir.glob("*taskexecutor*.log"):
+        for name, value in pattern.findall(log.read_text(errors="replace")):
+            reported[name] = max(reported.get(name, 0), int(value))
+    return reported
