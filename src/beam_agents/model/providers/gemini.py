@@ -27,10 +27,7 @@ retries.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +39,7 @@ from google.genai import types
 
 from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
+from beam_agents.model.providers._loop_clients import LoopClients
 
 __all__ = ["GeminiProvider", "build_config", "build_contents", "translate_error",
            "translate_response"]
@@ -213,9 +211,7 @@ class GeminiProvider:
         self._project, self._location, self._api_key = project, location, api_key
         self._base_url = base_url
         self._timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, genai.Client] = (
-            weakref.WeakKeyDictionary())
+        self._clients = LoopClients(self._build_client, _close_client)
 
     def http_options(self) -> types.HttpOptions:
         """The SDK HTTP options: our timeout (in ms) and no SDK retries."""
@@ -225,29 +221,21 @@ class GeminiProvider:
             retry_options=types.HttpRetryOptions(attempts=1),
         )
 
-    def _client(self) -> genai.Client:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                if self._project is not None:
-                    client = genai.Client(vertexai=True, project=self._project,
-                                          location=self._location,
-                                          http_options=self.http_options())
-                else:
-                    # vertexai=False explicitly: left unset, the SDK would
-                    # consult GOOGLE_GENAI_USE_VERTEXAI.
-                    client = genai.Client(vertexai=False, api_key=self._api_key,
-                                          http_options=self.http_options())
-                self._clients[loop] = client
-            return client
+    def _build_client(self) -> genai.Client:
+        if self._project is not None:
+            return genai.Client(vertexai=True, project=self._project, location=self._location,
+                                http_options=self.http_options())
+        # vertexai=False explicitly: left unset, the SDK would consult
+        # GOOGLE_GENAI_USE_VERTEXAI.
+        return genai.Client(vertexai=False, api_key=self._api_key,
+                            http_options=self.http_options())
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send `request` once; see the module docstring for the error mapping."""
         contents, system = build_contents(request)
         config = build_config(request, system)
         try:
-            response = await self._client().aio.models.generate_content(
+            response = await self._clients.current().aio.models.generate_content(
                 model=self.model_id, contents=contents, config=config)
         except ModelError:
             raise
@@ -257,9 +245,8 @@ class GeminiProvider:
 
     async def aclose(self) -> None:
         """Close the running loop's client and forget the others; safe to call twice."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.pop(loop, None)
-            self._clients.clear()
-        if client is not None:
-            await client.aio.aclose()
+        await self._clients.aclose()
+
+
+async def _close_client(client: genai.Client) -> None:
+    await client.aio.aclose()

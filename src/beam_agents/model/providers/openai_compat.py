@@ -19,10 +19,7 @@ httpx never retries by default; the transport is still built with
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +27,7 @@ import httpx
 
 from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
+from beam_agents.model.providers._loop_clients import LoopClients
 
 __all__ = ["OpenAICompatibleProvider"]
 
@@ -52,30 +50,22 @@ class OpenAICompatibleProvider:
         self._url = base_url.rstrip("/") + "/v1/chat/completions"
         self._api_key = api_key
         self._timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
-                                                 httpx.AsyncClient] = weakref.WeakKeyDictionary()
+        self._clients = LoopClients(self._build_client, httpx.AsyncClient.aclose)
 
     @property
     def url(self) -> str:
         """The chat completions endpoint this provider posts to."""
         return self._url
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                headers = {"Accept": "application/json"}
-                if self._api_key:
-                    headers["Authorization"] = f"Bearer {self._api_key}"
-                client = httpx.AsyncClient(
-                    transport=httpx.AsyncHTTPTransport(retries=0),
-                    timeout=httpx.Timeout(self._timeout_s),
-                    headers=headers,
-                )
-                self._clients[loop] = client
-            return client
+    def _build_client(self) -> httpx.AsyncClient:
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(retries=0),
+            timeout=httpx.Timeout(self._timeout_s),
+            headers=headers,
+        )
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """Translate `request` into the chat completions JSON body."""
@@ -90,7 +80,7 @@ class OpenAICompatibleProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """POST the request once and translate the reply (see the module's error mapping)."""
         try:
-            reply = await self._http().post(self._url, json=self.build_body(request))
+            reply = await self._clients.current().post(self._url, json=self.build_body(request))
         except httpx.TimeoutException as exc:
             raise ProviderUnavailable(
                 f"{self.model_id} at {self._url} did not answer within {self._timeout_s}s",
@@ -164,11 +154,4 @@ class OpenAICompatibleProvider:
 
     async def aclose(self) -> None:
         """Close the running loop's client and forget the others; safe to call twice."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.pop(loop, None)
-            # Clients of other loops cannot be awaited from here; dropping
-            # them releases their sockets with the garbage.
-            self._clients.clear()
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
