@@ -1,10 +1,17 @@
-"""Suite-wide settings: a derandomised hypothesis profile for CI, and spec markers."""
+"""Suite-wide settings and fixtures: a derandomised hypothesis profile for CI, and `run`."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+T = TypeVar("T")
+Run = Callable[[Coroutine[Any, Any, T]], T]
 
 settings.register_profile(
     "ci",
@@ -16,3 +23,10 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture
+def run() -> Iterator[Run[Any]]:
+    """Run coroutines on one event loop for the whole test (stores and clients bind to it)."""
+    with asyncio.Runner() as runner:
+        yield runner.run

@@ -7,13 +7,12 @@ see each other's rows.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import pytest
 
@@ -31,20 +30,12 @@ from tests._firestore_server import (
     FirestoreServerError,
     firestore_host,
 )
+from tests.conftest import Run
 
-__all__ = ["backend", "firestore_host", "outage", "run", "store", "store_factory"]
+__all__ = ["backend", "firestore_host", "outage", "store", "store_factory"]
 
 BACKENDS = ("memory", "sqlite", "firestore")
 
-T = TypeVar("T")
-Run = Callable[[Coroutine[Any, Any, T]], T]
-
-
-@pytest.fixture
-def run() -> Iterator[Run[Any]]:
-    """Run coroutines on one event loop for the whole test (stores bind to their loop)."""
-    with asyncio.Runner() as runner:
-        yield runner.run
 
 
 class StoreFactory(Protocol):

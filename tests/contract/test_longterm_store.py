@@ -46,7 +46,8 @@ from beam_agents.stores import InMemoryLongtermConfig, InMemoryLongtermStore, Sq
 from beam_agents.stores.sqlite import prefix_upper_bound
 
 if TYPE_CHECKING:
-    from tests.contract.conftest import Outage, Run, StoreFactory
+    from tests.conftest import Run
+    from tests.contract.conftest import Outage, StoreFactory
 
 ALICE = b"tenant-alice"
 BOB = b"tenant-bob"

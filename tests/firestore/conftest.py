@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from beam_agents.stores.firestore import FirestoreLongtermConfig, FirestoreLongtermStore
 from tests._firestore_server import firestore_host
+from tests.conftest import Run
 
-__all__ = ["config", "firestore_host", "run", "store"]
+__all__ = ["config", "firestore_host", "store"]
 
-T = TypeVar("T")
-Run = Callable[[Coroutine[Any, Any, T]], T]
-
-
-@pytest.fixture
-def run() -> Iterator[Run[Any]]:
-    """Run coroutines on one event loop for the whole test (clients bind to their loop)."""
-    with asyncio.Runner() as runner:
-        yield runner.run
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ from beam_agents.stores.firestore import (
 from tests._firestore_server import EMULATOR_HOST_ENV
 
 if TYPE_CHECKING:
-    from tests.firestore.conftest import Run
+    from tests.conftest import Run
 
 ENTITY = b"\x00entity\xff"
 
