@@ -48,15 +48,14 @@ from beam_agents.errors import (
     StoreLimitError,
 )
 from beam_agents.memory._store import (
-    DiscardReceipt,
     FlushReceipt,
     LongtermRecord,
-    PendingUpserts,
     seq_guard_allows,
     validate_entity_key,
     validate_key,
     validate_search,
 )
+from beam_agents.stores._buffered import BufferedStore
 from beam_agents.stores._config import FirestoreLongtermConfig
 
 __all__ = [
@@ -195,7 +194,7 @@ def _find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException 
     return None
 
 
-class FirestoreLongtermStore:
+class FirestoreLongtermStore(BufferedStore):
     """A `DiscardingLongtermStore` on Firestore, for the Dataflow deployment.
 
     Flush runs one Firestore transaction per entity: it reads the buffered
@@ -216,13 +215,12 @@ class FirestoreLongtermStore:
         *,
         client_factory: Callable[[], AsyncClient] | None = None,
     ) -> None:
+        super().__init__()
         self._config = config
         self._client_factory = client_factory
         self._client: AsyncClient | None = None
         self._client_lock = asyncio.Lock()
-        self._pending = PendingUpserts()
         self._timeout_s = config.timeout_ms / 1000
-        self._closed = False
 
     @property
     def config(self) -> FirestoreLongtermConfig:
@@ -248,8 +246,7 @@ class FirestoreLongtermStore:
             return self._client
 
     async def _call(self, what: str, work: Callable[[AsyncClient], Awaitable[_T]]) -> _T:
-        if self._closed:
-            raise MemoryContractError(f"{what} on a closed FirestoreLongtermStore")
+        self._require_open(what)
         where = f"Firestore long-term store {self._config.project}/{self._config.database}"
         try:
             async with asyncio.timeout(self._timeout_s) as deadline:
@@ -398,16 +395,14 @@ class FirestoreLongtermStore:
         self, entity_key: bytes, records: Sequence[LongtermRecord]
     ) -> tuple[str, ...]:
         """Buffer upserts in this object until flush; limits are checked here. No I/O."""
-        if self._closed:
-            raise MemoryContractError("stage on a closed FirestoreLongtermStore")
+        self._require_open("stage")
         _check_entity_key(entity_key)
         return self._pending.stage(entity_key, records, check=self._check_limits)
 
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Commit the entity's buffer in one seq-guarded Firestore transaction."""
         _check_entity_key(entity_key)
-        if self._closed:
-            raise MemoryContractError("flush on a closed FirestoreLongtermStore")
+        self._require_open("flush")
         batch = self._pending.snapshot(entity_key)
         if not batch:
             return FlushReceipt(entity_key=entity_key)
@@ -443,17 +438,7 @@ class FirestoreLongtermStore:
             return await apply(client.transaction())
 
         committed, superseded = await self._call("flush", work)
-        self._pending.settle(entity_key, batch)
-        return FlushReceipt(
-            entity_key=entity_key, committed=tuple(committed), superseded=tuple(superseded)
-        )
-
-    async def discard(self, entity_key: bytes) -> DiscardReceipt:
-        """Drop the entity's pending buffer; committed documents stay. No I/O."""
-        validate_entity_key(entity_key)
-        if self._closed:
-            raise MemoryContractError("discard on a closed FirestoreLongtermStore")
-        return DiscardReceipt(entity_key=entity_key, discarded=self._pending.discard(entity_key))
+        return self._settled(entity_key, batch, committed, superseded)
 
     async def close(self) -> None:
         """Close the client's gRPC channel and drop pending buffers; idempotent."""

@@ -21,16 +21,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from beam_agents.errors import MemoryContractError, MemoryUnavailable
+from beam_agents.errors import MemoryUnavailable
 from beam_agents.memory._store import (
-    DiscardReceipt,
     FlushReceipt,
     LongtermRecord,
-    PendingUpserts,
     validate_entity_key,
     validate_key,
     validate_search,
 )
+from beam_agents.stores._buffered import BufferedStore
 from beam_agents.stores._config import SqliteLongtermConfig
 
 __all__ = ["SqliteLongtermConfig", "SqliteLongtermStore"]
@@ -104,7 +103,7 @@ def _record(row: tuple[bytes, str, bytes, int, int]) -> LongtermRecord:
     )
 
 
-class SqliteLongtermStore:
+class SqliteLongtermStore(BufferedStore):
     """A `DiscardingLongtermStore` over one SQLite database file.
 
     Flush commits an entity's buffer in one ``BEGIN IMMEDIATE`` transaction,
@@ -115,11 +114,10 @@ class SqliteLongtermStore:
     """
 
     def __init__(self, config: SqliteLongtermConfig) -> None:
+        super().__init__()
         self._config = config
-        self._pending = PendingUpserts()
         self._db_lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
-        self._closed = False
 
     @property
     def config(self) -> SqliteLongtermConfig:
@@ -148,13 +146,11 @@ class SqliteLongtermStore:
         return self._connection
 
     async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        if self._closed:
-            raise MemoryContractError(f"{what} on a closed SqliteLongtermStore")
+        self._require_open(what)
 
         def call() -> _T:
             with self._db_lock:
-                if self._closed:
-                    raise MemoryContractError(f"{what} on a closed SqliteLongtermStore")
+                self._require_open(what)
                 return work(self._connect())
 
         try:
@@ -198,15 +194,13 @@ class SqliteLongtermStore:
         self, entity_key: bytes, records: Sequence[LongtermRecord]
     ) -> tuple[str, ...]:
         """Buffer upserts in this object until flush; no I/O."""
-        if self._closed:
-            raise MemoryContractError("stage on a closed SqliteLongtermStore")
+        self._require_open("stage")
         return self._pending.stage(entity_key, records)
 
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Commit the entity's buffer in one seq-guarded transaction."""
         validate_entity_key(entity_key)
-        if self._closed:
-            raise MemoryContractError("flush on a closed SqliteLongtermStore")
+        self._require_open("flush")
         batch = self._pending.snapshot(entity_key)
         if not batch:
             return FlushReceipt(entity_key=entity_key)
@@ -233,17 +227,7 @@ class SqliteLongtermStore:
             return committed, superseded
 
         committed, superseded = await self._run("flush", work)
-        self._pending.settle(entity_key, batch)
-        return FlushReceipt(
-            entity_key=entity_key, committed=tuple(committed), superseded=tuple(superseded)
-        )
-
-    async def discard(self, entity_key: bytes) -> DiscardReceipt:
-        """Drop the entity's pending buffer; committed rows stay. No I/O."""
-        validate_entity_key(entity_key)
-        if self._closed:
-            raise MemoryContractError("discard on a closed SqliteLongtermStore")
-        return DiscardReceipt(entity_key=entity_key, discarded=self._pending.discard(entity_key))
+        return self._settled(entity_key, batch, committed, superseded)
 
     async def close(self) -> None:
         """Close the connection and drop pending buffers; idempotent."""
