@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -26,6 +25,7 @@ from beam_agents.model.providers.gemini import (
     translate_error,
     translate_response,
 )
+from tests.unit.model.providers._http import serving
 
 CONVERSATION = ModelRequest(
     model_id="gemini-2.0-flash",
@@ -173,16 +173,8 @@ def gemini_server() -> Iterator[tuple[str, list[tuple[int, Any]], list[dict[str,
         def log_message(self, *args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", replies, seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        yield url, replies, seen
 
 
 def run(provider: GeminiProvider, request: ModelRequest):

@@ -8,7 +8,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from beam_agents.model._provider import ModelProvider
 from beam_agents.model._types import ModelRequest, ToolCall
 from beam_agents.model.providers import build_provider
 from beam_agents.model.providers.openai_compat import OpenAICompatibleProvider
+from tests.unit.model.providers._http import serving
 
 COMPLETION = {
     "id": "chatcmpl-1", "object": "chat.completion", "model": "served-name",
@@ -71,17 +72,11 @@ def server() -> Iterator[FakeServer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield FakeServer(f"http://127.0.0.1:{httpd.server_address[1]}", replies, seen, release)
-    finally:
-        release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        try:
+            yield FakeServer(url, replies, seen, release)
+        finally:
+            release.set()  # unblock held handlers before the server shuts down
 
 
 REQUEST = ModelRequest(model_id="llama3", messages=[{"role": "user", "content": "hi"}])
