@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_flink_and_beam_emit_byte_identical_intents_errors_and_rows(tmp_path: Pa
              "--output_path", str(flink_dir / "intents"),
              "--errors_path", str(flink_dir / "errors"), *AGENT,
              "--sqlite_path", str(flink_dir / "longterm.sqlite"),
-             "--python_executable", _python(), "--parallelism", "2",
+             "--python_executable", sys.executable, "--parallelism", "2",
              "--checkpointing_interval_ms", "1000"])
 
     beam_intents = sorted((beam_dir / "intents.jsonl").read_bytes().splitlines())
@@ -50,9 +51,3 @@ def test_flink_and_beam_emit_byte_identical_intents_errors_and_rows(tmp_path: Pa
     assert beam_rows  # the example agent keeps a long-term profile
     assert store_rows(SqliteLongtermConfig(path=str(flink_dir / "longterm.sqlite")),
                       entities) == beam_rows
-
-
-def _python() -> str:
-    import sys  # noqa: PLC0415
-
-    return sys.executable
