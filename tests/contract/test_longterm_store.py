@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ from beam_agents.memory._store import (
     validate_value,
 )
 from beam_agents.stores import InMemoryLongtermConfig, InMemoryLongtermStore, SqliteLongtermConfig
-from beam_agents.stores.sqlite import prefix_upper_bound
+from beam_agents.stores.sqlite import _enter_wal, prefix_upper_bound
 
 if TYPE_CHECKING:
     from tests.conftest import Run
@@ -527,6 +528,57 @@ def test_sqlite_uses_wal_and_a_clustered_table(tmp_path: Any, run: Run[Any]) -> 
             "SELECT sql FROM sqlite_master WHERE name = 'longterm_records'").fetchone()[0]
     assert "WITHOUT ROWID" in sql
     assert "PRIMARY KEY (entity_key, key)" in sql
+
+
+def test_sqlite_connections_entering_wal_on_one_new_file_at_once_all_succeed(
+        tmp_path: Any) -> None:
+    """Parallel job instances open one new file together; none may fail to enter WAL.
+
+    Switching a new file to WAL needs an exclusive lock, and SQLite answers two
+    connections racing for it with an immediate SQLITE_BUSY, without the busy
+    timeout. A bare PRAGMA loses that race about once in a hundred opens here
+    (it failed a job's first flush), so 1,200 opens, six at a time.
+    """
+    def enter(path: str, barrier: threading.Barrier, failures: list[BaseException]) -> None:
+        connection = sqlite3.connect(path, timeout=5, isolation_level=None)
+        try:
+            barrier.wait()
+            _enter_wal(connection, 5.0)
+        except sqlite3.Error as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    failures: list[BaseException] = []
+    for n in range(200):
+        barrier = threading.Barrier(6)
+        threads = [threading.Thread(target=enter, args=(str(tmp_path / f"{n}.db"), barrier,
+                                                        failures)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
+
+
+def test_sqlite_wal_switch_waits_out_a_busy_file_and_gives_up_at_the_timeout(
+        tmp_path: Any) -> None:
+    path = str(tmp_path / "busy.db")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # the file stays busy until the holder commits
+    impatient = sqlite3.connect(path, timeout=0, isolation_level=None)
+    release = threading.Timer(0.2, holder.execute, args=("COMMIT",))
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            _enter_wal(impatient, 0.1)
+        release.start()
+        _enter_wal(impatient, 5.0)  # retried past the connection's own zero timeout
+        assert impatient.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        if release.is_alive():
+            release.join()
+        impatient.close()
+        holder.close()
 
 
 # -- the state machine ----------------------------------------------------------------

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -103,6 +104,28 @@ def _record(row: tuple[bytes, str, bytes, int, int]) -> LongtermRecord:
     )
 
 
+def _enter_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch the file to WAL mode, retrying a busy answer for up to `timeout_s`.
+
+    Connections that open a new file at once (the parallel instances of one
+    job) each take a shared lock and then need an exclusive one for the switch;
+    SQLite breaks that deadlock by failing one of them with SQLITE_BUSY at
+    once, without consulting the busy timeout. Retrying turns the collision
+    into the wait the timeout promises instead of a failed first flush.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class SqliteLongtermStore(BufferedStore):
     """A `DiscardingLongtermStore` over one SQLite database file.
 
@@ -137,7 +160,7 @@ class SqliteLongtermStore(BufferedStore):
                 check_same_thread=False,  # used from to_thread workers, one at a time
             )
             try:
-                connection.execute("PRAGMA journal_mode=WAL")
+                _enter_wal(connection, self._config.busy_timeout_ms / 1000)
                 connection.execute(_SCHEMA)
             except BaseException:
                 connection.close()
