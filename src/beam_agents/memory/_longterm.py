@@ -301,9 +301,10 @@ class LongtermHandle:
         request = WriteRequest(scope=self._scope, records=records)
         receipt = await self._coordinator.write(request)
         if receipt.degraded:
+            reason = receipt.rejected[0][1] if receipt.rejected else "no reason given"
             raise MemoryUnavailable(
                 f"long-term store could not stage {len(records)} record(s) of entity "
-                f"{self._entity_key!r} at seq {self._seq}; the activation fails closed"
+                f"{self._entity_key!r} at seq {self._seq} ({reason}); the activation fails closed"
             )
         self._written = True
         if receipt.rejected:
@@ -313,8 +314,9 @@ class LongtermHandle:
         )
         if flushed.degraded:
             raise MemoryUnavailable(
-                f"long-term flush of entity {self._entity_key!r} at seq {self._seq} failed; "
-                "the activation fails closed and is redriven"
+                f"long-term flush of entity {self._entity_key!r} at seq {self._seq} failed "
+                f"({flushed.reason or 'no reason given'}); the activation fails closed and "
+                "is redriven"
             )
         self._written = False
         return flushed

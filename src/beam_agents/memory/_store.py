@@ -70,12 +70,15 @@ class FlushReceipt:
         superseded: Keys skipped because the store already held a newer seq.
         degraded: True when the caller could not confirm the outcome. Stores
             never set it: a store that cannot commit raises `MemoryUnavailable`.
+        reason: Why a degraded flush failed (the store's message), so the
+            dead letter of the activation that needed it can say so.
     """
 
     entity_key: bytes
     committed: tuple[str, ...] = ()
     superseded: tuple[str, ...] = ()
     degraded: bool = False
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -351,8 +351,8 @@ class WriteCoordinator:
             await self.join()
         try:
             receipt = await self._store.flush(scope.entity_key)
-        except MemoryUnavailable:
-            return FlushReceipt(entity_key=scope.entity_key, degraded=True)
+        except MemoryUnavailable as exc:
+            return FlushReceipt(entity_key=scope.entity_key, degraded=True, reason=str(exc))
         if receipt.degraded:
             return receipt
         published = set(receipt.committed) | set(receipt.superseded)

@@ -216,12 +216,23 @@ def test_a_replay_that_loses_to_a_newer_row_still_commits() -> None:
 
 def test_a_failed_commit_raises_memory_unavailable_and_keeps_the_store_buffer() -> None:
     store = InMemoryLongtermStore()
-    store.fail_next("flush")
+    store.fail_next("flush", MemoryUnavailable("database is locked"))
     lt = handle(store)
     lt.save("a", b"v")
-    with pytest.raises(MemoryUnavailable, match="fails closed"):
+    # The store's own message reaches the dead letter: an operator sees why.
+    with pytest.raises(MemoryUnavailable, match=r"\(database is locked\).*fails closed"):
         asyncio.run(lt.commit())
     assert keys_of(store.pending(E)) == ["a"] and store.rows() == {}
+
+
+def test_a_failed_stage_fails_the_commit_naming_the_stores_reason() -> None:
+    store = InMemoryLongtermStore()
+    store.fail_next("stage", MemoryUnavailable("connection refused"))
+    lt = handle(store)
+    lt.save("a", b"v")
+    with pytest.raises(MemoryUnavailable, match=r"could not stage 1 record.*connection refused"):
+        asyncio.run(lt.commit())
+    assert keys_of(store.pending(E)) == [] and store.rows() == {}
 
 
 def test_abandon_after_a_failed_commit_discards_the_store_buffer() -> None:

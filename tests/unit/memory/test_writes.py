@@ -222,6 +222,7 @@ def test_a_flush_against_an_unreachable_store_is_degraded_and_the_next_flush_com
 
     lost, kept, committed = asyncio.run(scenario())
     assert lost.degraded and lost.committed == ()
+    assert lost.reason == "in-memory store marked unreachable; flush failed"
     assert kept == ("a",)
     assert committed.committed == ("a",) and not committed.degraded
     assert coordinator.pending_ids == ()
