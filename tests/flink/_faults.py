@@ -11,6 +11,7 @@ logged, so the test can see which activations ran before and after the crash.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,22 @@ class WorkerCrash(BaseException):  # a BaseException on purpose: it must escape 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CrashAfterFlushConfig:
-    """Wraps a store config; the flush of (`entity_key`, `crash_seq`) crashes once.
+    """Wraps a store config; a flush of `entity_key` at `crash_seq` or later crashes once.
+
+    The crash waits until a completed checkpoint holds the entity's progress,
+    seen as a committed intent of it under `committed_dir` (the job's file
+    sinks commit only on completed checkpoints), so the restart restores a
+    checkpoint rather than starting over, however slowly the machine runs.
 
     Attributes:
         inner: The real store's config.
         entity_key: The entity whose flush crashes.
-        crash_seq: The activation seq whose flush crashes, after it committed.
-        marker: Created at the crash; while it exists no crash happens.
+        crash_seq: The first activation seq whose flush may crash, after it
+            committed; 0 never crashes.
+        committed_dir: The intents sink's directory; the crash waits for a
+            committed intent of `entity_key` there.
+        marker: Created at the crash, holding the crashed seq; while it exists no
+            crash happens.
         flush_log: Every flush appends ``<before|after> <entity> <seq>``.
         flush_delay_ms: Paces activations so that checkpoints complete mid-stream.
         kill_process: Exit the worker process instead of raising in it.
@@ -42,6 +52,7 @@ class CrashAfterFlushConfig:
     inner: LongtermStoreConfig
     entity_key: bytes
     crash_seq: int
+    committed_dir: str
     marker: str
     flush_log: str
     flush_delay_ms: int = 0
@@ -74,9 +85,25 @@ class _CrashingStore:
         if self._config.flush_delay_ms:
             await asyncio.sleep(self._config.flush_delay_ms / 1000)
         if (phase == "before" and entity_key == self._config.entity_key
-                and self._seq == self._config.crash_seq):
-            marker.touch()
+                and 0 < self._config.crash_seq <= self._seq
+                and _checkpointed(Path(self._config.committed_dir), entity_key)):
+            marker.write_text(str(self._seq))
             if self._config.kill_process:
                 os._exit(70)  # the Python worker dies outright, as under the OOM killer
             raise WorkerCrash(f"injected crash after the flush of seq {self._seq}")
         return receipt
+
+
+def _checkpointed(directory: Path, entity_key: bytes) -> bool:
+    """True once a file sink has committed an intent of `entity_key`.
+
+    The sink commits only on completed checkpoints, so the entity's keyed
+    state in that checkpoint is past seq 1 (in-progress files start with ".").
+    """
+    if not directory.is_dir():
+        return False
+    entity = entity_key.decode()
+    return any(json.loads(line)["entity_key"] == entity
+               for path in directory.rglob("*")
+               if path.is_file() and not path.name.startswith(".")
+               for line in path.read_bytes().splitlines())

@@ -63,7 +63,8 @@ def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
            "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
            "--restart_delay_ms", "200"]
     if cluster is None:
-        run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env)
+        run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env,
+                log_dir=out / "flink-log")
     else:
         flink_run(cluster, env, REPO / "tests" / "flink" / "failover_job.py", [*fault, *job])
     entries = []
@@ -98,15 +99,20 @@ def _dedup(lines: list[bytes]) -> dict[tuple[str, int, int], bytes]:
 def _check_convergence(tmp_path: Path, clean_config: LongtermStoreConfig,
                        chaos_config: LongtermStoreConfig, clean_log: list[tuple[str, str, int]],
                        chaos_log: list[tuple[str, str, int]]) -> None:
+    # The fault-free run is the reference: it must have dead-lettered nothing.
+    assert part_lines(tmp_path / "clean" / "errors") == []
+
     # The fault happened once, after N's flush, and Flink restored a checkpoint:
     dead_letters = part_lines(tmp_path / "chaos" / "errors")
-    assert (tmp_path / "chaos" / "crashed.marker").exists(), (chaos_log[-5:], dead_letters[:3])
+    marker = tmp_path / "chaos" / "crashed.marker"
+    assert marker.exists(), (chaos_log[-5:], dead_letters[:3])
+    crashed_seq = int(marker.read_text())  # CRASH_SEQ or later: it waits for a checkpoint
     crash_entity = CRASH_ENTITY.decode()
-    assert ("before", crash_entity, CRASH_SEQ) in chaos_log
-    assert ("after", crash_entity, CRASH_SEQ) in chaos_log  # N ran again and re-flushed
+    assert ("before", crash_entity, crashed_seq) in chaos_log
+    assert ("after", crash_entity, crashed_seq) in chaos_log  # N ran again and re-flushed
     replayed = [seq for phase, entity, seq in chaos_log
                 if phase == "after" and entity == crash_entity]
-    assert 1 < min(replayed) <= CRASH_SEQ  # restored from a checkpoint, not from the start
+    assert 1 < min(replayed) <= crashed_seq  # restored from a checkpoint, not from the start
     assert all(phase == "before" for phase, _, _ in clean_log)
 
     # Rows: byte-identical to the fault-free run.
