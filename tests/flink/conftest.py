@@ -14,10 +14,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -35,26 +38,129 @@ __all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "p
 
 REPO = Path(__file__).resolve().parents[2]
 FLINK_HOME = Path(pyflink.__file__).resolve().parent
-_JOB_TIMEOUT_S = 240
+_JOB_TIMEOUT_S = int(os.environ.get("FLINK_TEST_JOB_TIMEOUT_S", "240"))
 _START_TIMEOUT_S = 90
 
 
 def job_env(**extra: str) -> dict[str, str]:
-    """The environment a Flink job (and so its Python workers) runs with."""
+    """The environment a Flink job (and so its Python workers) runs with.
+
+    ``PYTHONFAULTHANDLER`` lets a hung job's Python threads be dumped with
+    SIGABRT before it is killed (see `_run_to_end`).
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONFAULTHANDLER"] = "1"
     env.update(extra)
     return env
 
 
-def run_job(command: Sequence[str], *, env: dict[str, str] | None = None) -> str:
-    """Run a Flink job to completion; fail the test with its log tail if it fails."""
-    done = subprocess.run([sys.executable, *command], cwd=REPO, env=env or job_env(),
-                          capture_output=True, text=True, timeout=_JOB_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-60:])
-        raise AssertionError(f"Flink job {command[:2]} exited {done.returncode}:\n{tail}")
-    return done.stdout
+def run_job(command: Sequence[str], *, env: dict[str, str] | None = None,
+            log_dir: Path | None = None) -> str:
+    """Run a Flink job to completion; fail the test with its log tails if it fails.
+
+    The job's MiniCluster logs to `log_dir` (a temporary one if None), so a
+    failure shows what Flink did (task states, checkpoints, warnings) beside
+    the output, and a kept `log_dir` lets a test's own assertions be traced.
+    """
+    with tempfile.TemporaryDirectory(prefix="flink-job-log-") as scratch:
+        logs = log_dir or Path(scratch)
+        logs.mkdir(parents=True, exist_ok=True)
+        job = {**(env or job_env()), "FLINK_LOG_DIR": str(logs)}
+        try:
+            code, output = _run_to_end([sys.executable, *command], env=job)
+        except AssertionError as hung:
+            raise AssertionError(f"{hung}\n{_flink_log_digest(logs)}") from None
+        if code != 0:
+            raise AssertionError(f"Flink job {command[:2]} exited {code}:\n{_tail(output)}\n"
+                                 f"{_flink_log_digest(logs)}")
+    return output
+
+
+_DIGEST = re.compile(r"^\S+ \S+ +(WARN|ERROR|INFO +\S+ +\[\] - .*(switched from|[Cc]heckpoint))")
+
+
+def _flink_log_digest(log_dir: Path, lines: int = 80) -> str:
+    """The last task-state, checkpoint, warning and error lines of Flink's logs in `log_dir`."""
+    digest = [f"--- {log.name} (last {lines} state, checkpoint and warning lines):\n" + _tail(
+        "\n".join(line[:300] for line in log.read_text(errors="replace").splitlines()
+                  if _DIGEST.search(line)), lines)
+        for log in sorted(log_dir.glob("*.log"))]
+    return "\n".join(digest) or f"(no Flink log in {log_dir})"
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _run_to_end(argv: Sequence[str], *, env: dict[str, str]) -> tuple[int, str]:
+    """Run `argv` in a process group of its own; returns its exit code and output.
+
+    A local job's JVM (and a cluster client's) is a child of the process, so a
+    timeout kills the whole group: a hung job must not outlive its test and
+    load the machine for the next one. Before that, the JVMs' task threads and
+    the Python threads are dumped, so the failure shows where the job stuck.
+    """
+    with subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True) as proc:
+        try:
+            output, _ = proc.communicate(timeout=_JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            java_threads = _dump_group(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)  # the faulthandler writes the Python threads and aborts
+            _kill_group(proc.pid)
+            output, _ = proc.communicate()
+            raise AssertionError(f"{argv[1:3]} did not finish in {_JOB_TIMEOUT_S} s.\n"
+                                 f"JVM task threads:\n{java_threads}\n"
+                                 f"Its output ends:\n{_tail(output, 150)}") from None
+        finally:
+            _kill_group(proc.pid)  # whatever the job left behind
+    return proc.returncode, output
+
+
+def _dump_group(pgid: int) -> str:
+    """Thread dumps of a hung process group: JVM task threads returned, Python's to stderr."""
+    dumps = []
+    for pid in _group_members(pgid):
+        try:
+            command = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:  # it exited meanwhile
+            continue
+        if command == "java":
+            dumps.append(_task_threads(pid))
+        elif command.startswith("python"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+    return "\n".join(dumps)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.append(int(entry.name))
+    return members
+
+
+def _task_threads(pid: int) -> str:
+    """The threads of a JVM that run tasks or talk to Python workers (``jcmd Thread.print``)."""
+    try:
+        dump = subprocess.run(["jcmd", str(pid), "Thread.print"], capture_output=True,
+                              text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(no thread dump of {pid}: {exc})"
+    marks = ("org.apache.flink.python", "org.apache.flink.streaming.runtime.tasks",
+             "org.apache.beam")
+    threads = [block for block in dump.split("\n\n") if any(m in block for m in marks)]
+    return f"--- JVM {pid}:\n" + ("\n\n".join(threads) or dump)[:30_000]
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def part_lines(directory: Path) -> list[bytes]:
@@ -146,10 +252,34 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
 
 
 def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[str]) -> str:
-    """``flink run --python script args`` against `address`; returns its stdout."""
-    done = subprocess.run(
-        [str(FLINK_HOME / "bin" / "flink"), "run", "-m", address, "--python", str(script),
-         "-pyexec", sys.executable, *args],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=_JOB_TIMEOUT_S, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return done.stdout
+    """``flink run --python script args`` against `address`; returns its output.
+
+    If the job fails or hangs, every job still on the cluster is cancelled, so
+    the next test gets free slots, and the cluster logs' digest is shown.
+    """
+    command = [str(FLINK_HOME / "bin" / "flink"), "run", "-m", address, "--python", str(script),
+               "-pyexec", sys.executable, *args]
+    try:
+        code, output = _run_to_end(command, env=env)
+    except AssertionError as hung:
+        task_managers = [_task_threads(int(pid))
+                         for pid_file in Path(env["FLINK_PID_DIR"]).glob("*taskexecutor*.pid")
+                         for pid in pid_file.read_text().split()]
+        raise AssertionError("\n".join([str(hung), "Task manager threads:", *task_managers,
+                                         _cluster_post_mortem(address, env)])) from None
+    assert code == 0, f"{_tail(output)}\n{_cluster_post_mortem(address, env)}"
+    return output
+
+
+def _cluster_post_mortem(address: str, env: dict[str, str]) -> str:
+    """Cancel the cluster's unfinished jobs; returns the cluster logs' digest."""
+    rest = f"http://{address}"
+    with contextlib.suppress(OSError, ValueError):
+        with urllib.request.urlopen(f"{rest}/jobs/overview", timeout=5) as reply:
+            jobs = json.load(reply)["jobs"]
+        for job in jobs:
+            if job["state"] not in {"FINISHED", "FAILED", "CANCELED"}:
+                cancel = urllib.request.Request(f"{rest}/jobs/{job['jid']}?mode=cancel",
+                                                method="PATCH")
+                urllib.request.urlopen(cancel, timeout=5).close()
+    return _flink_log_digest(Path(env["FLINK_LOG_DIR"]))
