@@ -3,7 +3,8 @@
 The job runs with checkpointing and a fixed-delay restart strategy. The
 store wrapper in ``_faults`` crashes the worker exactly once, right after
 the flush of activation N has committed and before keyed state records
-it. Flink restores the last checkpoint and replays: activation N runs again
+it; N is the first activation from CRASH_SEQ on whose entity a completed
+checkpoint already covers. Flink restores the last checkpoint and replays: activation N runs again
 and re-flushes (invariant 5's seq guard makes that converge), and nothing
 is lost or emitted twice once intents are de-duplicated by
 ``(entity_key, seq, index)``.
@@ -46,7 +47,10 @@ def _write_events(path: Path) -> None:
 
 def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
          env: dict[str, str], cluster: str | None = None) -> list[tuple[str, str, int]]:
-    """Run the job (crashing at `crash_seq`, 0 for none); returns the flush log.
+    """Run the job, crashing once at `crash_seq` or later (0 for never); returns the flush log.
+
+    The crash also waits for a completed checkpoint that covers the entity
+    (see ``_faults``), so the restart restores state instead of starting over.
 
     Locally the job runs on a MiniCluster, where PyFlink runs the Python
     operator inside the client process, so the crash is an exception that
