@@ -66,8 +66,10 @@ def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
     job = ["--input_files", str(events), "--output_path", str(out / "intents"),
            "--errors_path", str(out / "errors"), "--agent", "tests.agents:journal",
            *store_flags, "--python_executable", sys.executable, "--parallelism", "2",
+           # Restart after 2 s (production waits 10 s), not at once: a restart
+           # racing the failed attempt's teardown is not the failure under test.
            "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
-           "--restart_delay_ms", "200"]
+           "--restart_delay_ms", "2000"]
     if cluster is None:
         run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env,
                 log_dir=out / "flink-log")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from beam_agents.errors import ConfigError
-from beam_agents.flink import FlinkJobOptions, FlinkMetrics, parse_args
+from beam_agents.flink import FlinkJobOptions, FlinkMetrics, flink_settings, parse_args
 
 IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
       "--errors_path", "out/errors"]
@@ -15,13 +15,21 @@ def test_flags_map_onto_job_options_and_the_shared_agent_config() -> None:
     options, config = parse_args([*IO, "--agent", "tests.agents:counter",
                                   "--checkpointing_interval_ms", "500", "--parallelism", "3",
                                   "--no-unaligned_checkpoints", "--bundle_size", "4",
+                                  "--python_managed_memory",
                                   "--longterm_store", "sqlite", "--sqlite_path", "x.db"])
     assert options == FlinkJobOptions(
         input_files=("a.jsonl", "dir/"), output_path="out/intents", errors_path="out/errors",
         checkpointing_interval_ms=500, parallelism=3, unaligned_checkpoints=False,
-        bundle_size=4)
+        bundle_size=4, python_managed_memory=True)
     assert config.agent == "tests.agents:counter"
     assert config.longterm_memory is not None
+
+
+def test_python_workers_are_not_shared_through_managed_memory_by_default() -> None:
+    """A failover must not be able to take the task manager down (see FlinkJobOptions)."""
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter"])
+    assert options.python_managed_memory is False
+    assert flink_settings(options)["python.fn-execution.memory.managed"] == "false"
 
 
 @pytest.mark.parametrize(("flag", "value"), [

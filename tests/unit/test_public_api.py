@@ -45,7 +45,8 @@ PUBLIC = {
     ],
     "beam_agents.flink": [
         "ERRORS", "AgentKeyedProcessFunction", "DecodeEvents", "FlinkJobOptions", "FlinkMetrics",
-        "agent_stream", "build_job", "environment", "job_parser", "parse_args", "run",
+        "agent_stream", "build_job", "environment", "flink_settings", "job_parser", "parse_args",
+        "run",
     ],
 }
 

@@ -41,7 +41,7 @@ from beam_agents.runtime import (
 )
 
 __all__ = ["DecodeEvents", "FlinkJobOptions", "agent_stream", "build_job", "environment",
-           "job_parser", "parse_args", "run"]
+           "flink_settings", "job_parser", "parse_args", "run"]
 
 _KEYED_EVENT = Types.TUPLE([Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
@@ -69,6 +69,13 @@ class FlinkJobOptions:
             activations are slow (model calls), so small bundles keep
             checkpoints, and with them recovery points, frequent.
         bundle_time_ms: Longest a bundle stays open before it is processed.
+        python_managed_memory: Share one Python worker per slot, budgeted from
+            managed memory (Flink's default). Off by default: in PyFlink 2.3,
+            when a failover cancels the tasks that share that worker together,
+            releasing it can throw "Reference count must not be negative",
+            which Flink treats as fatal and which takes the whole task manager
+            down. Off, each Python operator owns its worker, sized from task
+            off-heap memory.
         parallelism: Operator parallelism; None keeps Flink's default.
         python_executable: Interpreter for the Python workers; None keeps
             ``python.executable`` from the Flink configuration.
@@ -85,6 +92,7 @@ class FlinkJobOptions:
     restart_delay_ms: int = 10_000
     bundle_size: int = 16
     bundle_time_ms: int = 1_000
+    python_managed_memory: bool = False
     parallelism: int | None = None
     python_executable: str | None = None
     job_name: str = "beam-agents"
@@ -136,18 +144,27 @@ def _file_sink(path: str, prefix: str) -> FileSink:
             .with_output_file_config(names).build())
 
 
+def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
+    """The Flink configuration keys the options set: recovery, bundles and Python workers."""
+    settings = {
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": str(options.restart_attempts),
+        "restart-strategy.fixed-delay.delay": f"{options.restart_delay_ms} ms",
+        "python.fn-execution.bundle.size": str(options.bundle_size),
+        "python.fn-execution.bundle.time": str(options.bundle_time_ms),
+        "python.fn-execution.memory.managed": str(options.python_managed_memory).lower(),
+        "execution.checkpointing.unaligned.enabled": str(options.unaligned_checkpoints).lower(),
+    }
+    if options.checkpoint_dir:
+        settings["execution.checkpointing.dir"] = options.checkpoint_dir
+    return settings
+
+
 def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
     """A stream environment with the options' checkpointing and restart strategy."""
     conf = Configuration()
-    conf.set_string("restart-strategy.type", "fixed-delay")
-    conf.set_string("restart-strategy.fixed-delay.attempts", str(options.restart_attempts))
-    conf.set_string("restart-strategy.fixed-delay.delay", f"{options.restart_delay_ms} ms")
-    conf.set_string("python.fn-execution.bundle.size", str(options.bundle_size))
-    conf.set_string("python.fn-execution.bundle.time", str(options.bundle_time_ms))
-    conf.set_string("execution.checkpointing.unaligned.enabled",
-                    str(options.unaligned_checkpoints).lower())
-    if options.checkpoint_dir:
-        conf.set_string("execution.checkpointing.dir", options.checkpoint_dir)
+    for key, value in flink_settings(options).items():
+        conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     if options.checkpointing_interval_ms:
         env.enable_checkpointing(options.checkpointing_interval_ms)
@@ -208,6 +225,10 @@ def job_parser() -> argparse.ArgumentParser:
                        "flight (default 16).")
     flink.add_argument("--bundle_time_ms", type=int, default=1_000,
                        help="Longest a Python bundle stays open, in ms (default 1000).")
+    flink.add_argument("--python_managed_memory", action=argparse.BooleanOptionalAction,
+                       default=False, help="Share one Python worker per slot from managed "
+                       "memory (default off: PyFlink 2.3 can fail the task manager when a "
+                       "failover cancels the tasks sharing it).")
     flink.add_argument("--parallelism", type=int, help="Operator parallelism.")
     flink.add_argument("--python_executable", help="Python for the workers (default: Flink's "
                        "python.executable, or flink run -pyexec).")
