@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents.memory import LongtermStore, LongtermStoreConfig
+from tests.flink._sink import part_lines
 
 __all__ = ["CrashAfterFlushConfig", "WorkerCrash"]
 
@@ -98,12 +99,7 @@ def _checkpointed(directory: Path, entity_key: bytes) -> bool:
     """True once a file sink has committed an intent of `entity_key`.
 
     The sink commits only on completed checkpoints, so the entity's keyed
-    state in that checkpoint is past seq 1 (in-progress files start with ".").
+    state in that checkpoint is past seq 1.
     """
-    if not directory.is_dir():
-        return False
     entity = entity_key.decode()
-    return any(json.loads(line)["entity_key"] == entity
-               for path in directory.rglob("*")
-               if path.is_file() and not path.name.startswith(".")
-               for line in path.read_bytes().splitlines())
+    return any(json.loads(line)["entity_key"] == entity for line in part_lines(directory))

@@ -32,6 +32,7 @@ import yaml
 
 from beam_agents.memory import LongtermStoreConfig
 from tests._firestore_server import firestore_host
+from tests.flink._sink import part_lines
 
 __all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "part_lines",
            "run_job", "store_rows"]
@@ -161,15 +162,6 @@ def _task_threads(pid: int) -> str:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def part_lines(directory: Path) -> list[bytes]:
-    """All committed lines of a FileSink directory, sorted (in-progress files excluded)."""
-    lines: list[bytes] = []
-    for part in directory.rglob("*"):
-        if part.is_file() and not part.name.startswith("."):
-            lines += part.read_bytes().splitlines()
-    return sorted(lines)
 
 
 def store_rows(config: LongtermStoreConfig, entities: Sequence[bytes]) -> list[bytes]:

@@ -4,8 +4,8 @@ Run as ``python -m tests.flink.failover_job --crash_entity E --crash_seq N
 --marker M --flush_log L [--flush_delay_ms D] -- <agent_job flags>``. It
 builds the job through the public API (`parse_args`, `environment`,
 `build_job`), wrapping the configured long-term store; ``--crash_seq 0``
-runs the same job without a fault. The crash waits for the first committed
-intents file, i.e. a completed checkpoint.
+runs the same job without a fault. The crash waits until a committed intent
+of the entity shows a completed checkpoint covering it.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def main(argv: list[str]) -> None:
     config = dataclasses.replace(config, longterm_memory=CrashAfterFlushConfig(
         inner=config.longterm_memory, entity_key=fault.crash_entity.encode(),
         crash_seq=fault.crash_seq, committed_dir=options.output_path, marker=fault.marker,
-        flush_log=fault.flush_log,
-        flush_delay_ms=fault.flush_delay_ms, kill_process=fault.kill_process))
+        flush_log=fault.flush_log, flush_delay_ms=fault.flush_delay_ms,
+        kill_process=fault.kill_process))
     env = environment(options)
     build_job(env, options, config)
     env.execute(options.job_name)
