@@ -31,11 +31,11 @@ import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.beam import AgentDoFn
+from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelRequest
 from beam_agents.model.providers import LocalModel
-from beam_agents.runtime import AgentConfig, Committed, KeyedState, start_runtime
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks._beam import run_pipeline
 from benchmarks._harness import Profile, ratios, stat
 

@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.hosting import start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import ModelConfig
-from beam_agents.runtime import AgentConfig, Committed, KeyedState, start_runtime
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks._agents import CountingCompactor
 from benchmarks._harness import Profile
 

@@ -23,10 +23,10 @@ import logging
 import time
 from typing import Any
 
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.beam import AgentDoFn
+from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelConfig
-from beam_agents.runtime import AgentConfig, Committed, KeyedState, start_runtime
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks._beam import run_pipeline
 from benchmarks._harness import Profile, ratios, stat
 

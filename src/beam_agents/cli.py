@@ -21,10 +21,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.errors import BeamAgentsError, EventDecodeError
-from beam_agents.runtime import error_from_json, event_to_json
+from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
 
 __all__ = ["main", "redrive_lines"]
 

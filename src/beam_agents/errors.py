@@ -11,6 +11,7 @@ split by who has to act on it::
     │   │   └── RingCorruptError      a ring entry's encoding is broken; names the key
     │   └── UnsupportedSchemaVersionError
     ├── MemoryOverflow                the agent: working memory would pass its hard cap
+    ├── IntentTooLargeError           the agent: an emitted payload is over max_intent_bytes
     ├── StoreError                    the long-term store
     │   ├── MemoryUnavailable         unreachable or failing; retriable
     │   ├── ScopeViolation            a write crossed a tenant boundary (invariant 7)
@@ -35,6 +36,7 @@ __all__ = [
     "BeamAgentsError",
     "ConfigError",
     "EventDecodeError",
+    "IntentTooLargeError",
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
@@ -120,6 +122,15 @@ class MemoryOverflow(BeamAgentsError):
         self.key = key
         self.attempted_size = attempted_size
         self.cap = cap
+
+
+class IntentTooLargeError(BeamAgentsError, ValueError):
+    """An emitted payload exceeds AgentConfig.max_intent_bytes; the activation fails (OUTPUT)."""
+
+    def __init__(self, *, kind: str, size: int, limit: int) -> None:
+        super().__init__(f"intent {kind!r} carries {size} bytes, over AgentConfig.max_intent_bytes "
+                         f"= {limit}; emit a reference (e.g. a long-term key) instead")
+        self.kind, self.size, self.limit = kind, size, limit
 
 
 class StoreError(BeamAgentsError):

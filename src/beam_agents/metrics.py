@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"]
 
@@ -50,12 +50,15 @@ class BufferedMetrics:
 
     Beam and PyFlink attribute a counter increment to the bundle of the
     *calling thread*, and sync agents run on a worker thread of the runtime,
-    so the runner adapters buffer here and report after each activation.
+    so the runner adapters buffer here and report after each activation:
+    a subclass binds `_counter` to its engine, and the host calls `flush` from
+    its own thread.
     """
 
     def __init__(self) -> None:
         self._pending: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        self._bound: dict[tuple[str, str], Any] = {}
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Buffer an increment of ``namespace:name``; safe from any thread."""
@@ -67,3 +70,15 @@ class BufferedMetrics:
         with self._lock:
             pending, self._pending = self._pending, Counter()
         return [(namespace, name, value) for (namespace, name), value in pending.items()]
+
+    def flush(self) -> None:
+        """Hand buffered increments to the engine's counters; call from the host's thread."""
+        for namespace, name, value in self.drain():
+            counter = self._bound.get((namespace, name))
+            if counter is None:
+                counter = self._bound[(namespace, name)] = self._counter(namespace, name)
+            counter.inc(value)
+
+    def _counter(self, namespace: str, name: str) -> Any:
+        """The engine's counter for ``namespace:name``, anything with ``inc``."""
+        raise NotImplementedError

@@ -13,18 +13,18 @@ import time
 
 import pytest
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.errors import MemoryUnavailable
+from beam_agents.hosting import load_agent, start_runtime
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.model.providers import LocalModel
 from beam_agents.runtime import (
     ActivationRuntime,
     AgentConfig,
+    AgentEvent,
     Committed,
+    ErrorRecord,
     Failed,
     KeyedState,
-    start_runtime,
 )
 from beam_agents.stores import InMemoryLongtermConfig
 
@@ -41,7 +41,7 @@ def event(n: int, payload: str | None = None) -> AgentEvent:
 def runtime(agent: str, store_config: LongtermStoreConfig | None) -> ActivationRuntime:
     return ActivationRuntime(
         AgentConfig(agent=f"tests.agents:{agent}", longterm_memory=store_config),
-        provider=LocalModel(), clock=time.monotonic,
+        agent=load_agent(f"tests.agents:{agent}"), provider=LocalModel(), clock=time.monotonic,
         store=store_config.open() if store_config is not None else None)
 
 

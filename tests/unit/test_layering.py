@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 CORE = ["beam_agents.memory", "beam_agents.model", "beam_agents.runtime", "beam_agents.metrics",
-        "beam_agents.errors", "beam_agents.stores", "beam_agents.testing"]
+        "beam_agents.errors", "beam_agents.stores", "beam_agents.testing",
+        "beam_agents.hosting"]
 
 PROBE = """
 import importlib, sys
@@ -27,3 +31,80 @@ def test_importing_the_core_loads_no_runner_or_cloud_client(package: str) -> Non
     result = subprocess.run([sys.executable, "-c", PROBE, package], capture_output=True,
                             text=True, check=True)
     assert result.stdout.strip() == "", f"{package} imported {result.stdout.strip()}"
+
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "beam_agents"
+#: Module prefixes the core must not name: the edges and every runner or cloud SDK.
+EDGES = ("beam_agents.stores", "beam_agents.model.providers", "beam_agents.hosting",
+         "beam_agents.beam", "beam_agents.flink", "beam_agents.cli", "beam_agents.testing",
+         "apache_beam", "pyflink", "google", "httpx", "grpc", "sqlite3")
+#: protobuf is the core's one dependency (its messages are the state blobs).
+ALLOWED = ("google.protobuf",)
+
+
+def _core_modules() -> list[Path]:
+    core = [*(SRC / "memory").rglob("*.py"), *(SRC / "runtime").rglob("*.py"),
+            *(p for p in (SRC / "model").rglob("*.py") if "providers" not in p.parts)]
+    return sorted(core)
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _named_modules(source: str, package: str) -> Iterator[tuple[int, str]]:
+    """Every module an import statement, or importlib.import_module("..."), names."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = parts[: len(parts) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield node.lineno, base
+            yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and ast.unparse(node.func) in {"importlib.import_module", "import_module",
+                                             "__import__"}):
+            yield node.lineno, node.args[0].value
+
+
+def _package_of(path: Path) -> str:
+    module = _module_of(path)
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _is_edge(name: str) -> bool:
+    def under(prefix: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    return any(under(edge) for edge in EDGES) and not any(under(ok) for ok in ALLOWED)
+
+
+@pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_core_module_names_an_edge_even_lazily(path: Path) -> None:
+    """The fresh-interpreter probe misses imports inside functions; the AST does not."""
+    named = _named_modules(path.read_text(encoding="utf-8"), _package_of(path))
+    assert [f"{path.name}:{line} {name}" for line, name in named if _is_edge(name)] == []
+
+
+def test_the_ast_check_sees_lazy_and_relative_imports() -> None:
+    """The check itself can fail: function-level, relative and importlib imports are caught."""
+    source = ("def f():\n    from beam_agents.stores import SqliteLongtermStore\n"
+              "    from ..beam import AgentDoFn\n"
+              "    import importlib\n    importlib.import_module('apache_beam')\n"
+              "from google.protobuf.message import DecodeError\n")
+    named = [name for _, name in _named_modules(source, "beam_agents.runtime") if _is_edge(name)]
+    assert sorted(named) == ["apache_beam", "beam_agents.beam", "beam_agents.beam.AgentDoFn",
+                             "beam_agents.stores", "beam_agents.stores.SqliteLongtermStore"]
+
+
+def test_no_hand_written_module_is_over_450_lines() -> None:
+    """Modules stay readable in one sitting (STYLE); generated protobuf code aside."""
+    sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in SRC.rglob("*.py") if "_proto" not in p.parts}
+    assert {name: lines for name, lines in sizes.items() if lines > 450} == {}

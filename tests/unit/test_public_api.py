@@ -6,14 +6,18 @@ import importlib
 
 import pytest
 
+from beam_agents import errors, memory, runtime
+from beam_agents._proto import error_record_pb2, event_pb2, intent_pb2, longterm_pb2
+
 PUBLIC = {
     "beam_agents.memory": [
         "DEFAULT_MAX_ITEMS", "DEFAULT_SEARCH_LIMIT", "HARD_CAP_BYTES", "SOFT_CAP_BYTES",
-        "STATE_SCHEMA_VERSION", "BackgroundWork", "Compactor", "DiscardReceipt",
-        "DiscardingLongtermStore", "FlushReceipt", "LongtermHandle", "LongtermStore",
-        "LongtermStoreConfig", "LruCompactor", "Memory", "MemoryContractError", "MemoryOverflow",
-        "MemoryUnavailable", "RingCorruptError", "Scope", "ScopeViolation", "TaskRegistry",
-        "WriteCoordinator", "WriteOutcome", "WriteReceipt", "WriteRequest",
+        "STATE_SCHEMA_VERSION", "BackgroundWork", "BufferedLongtermStore", "Compactor",
+        "DiscardReceipt", "DiscardingLongtermStore", "FlushReceipt", "LongtermHandle",
+        "LongtermRecord", "LongtermStore", "LongtermStoreConfig", "LruCompactor", "Memory",
+        "MemoryContractError", "MemoryOverflow", "MemoryUnavailable", "PendingUpserts",
+        "RingCorruptError", "Scope", "ScopeViolation", "TaskRegistry", "WriteCoordinator",
+        "WriteOutcome", "WriteReceipt", "WriteRequest",
     ],
     "beam_agents.model": [
         "MAX_BLOB_BYTES", "MAX_ENTRIES", "TTL_MS", "BreakerConfig", "BreakerRegistry",
@@ -25,15 +29,29 @@ PUBLIC = {
         "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
     ],
     "beam_agents.runtime": [
-        "ActivationRuntime", "AgentConfig", "AgentContext", "Committed", "Failed",
-        "IntentTooLargeError", "KeyedState", "Outcome", "add_agent_flags",
-        "agent_config_from_flags", "decode_event", "decode_event_json", "decode_event_proto",
-        "decode_input", "encode_payload", "error_from_json", "error_record", "error_to_json",
-        "event_to_json", "intent_to_json", "load_agent", "stage_of", "start_runtime",
+        "CELLS", "ActivationRuntime", "AgentConfig", "AgentContext", "AgentEvent", "Committed",
+        "ErrorRecord", "Failed", "InputDecoder", "Intent", "KeyedState", "Outcome", "StateCell",
+        "StateCells", "activate_keyed", "decode_event", "decode_event_json",
+        "decode_event_proto", "decode_input", "encode_payload", "error_from_json",
+        "error_record", "error_to_json", "event_to_json", "intent_to_json", "stage_of",
+    ],
+    "beam_agents.hosting": [
+        "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping", "load_agent",
+        "start_runtime",
     ],
     "beam_agents.testing": [
-        "InMemoryLongtermConfig", "InMemoryLongtermStore", "LocalModel", "run_activation",
+        "DEFAULT_EVENT_TIME_MS", "InMemoryLongtermConfig", "InMemoryLongtermStore", "LocalModel",
+        "Reply", "ScriptExhaustedError", "ScriptedModel", "make_event", "make_events",
+        "run_activation",
     ],
+    "beam_agents.errors": [
+        "ActivationTimeoutError", "BeamAgentsError", "ConfigError", "EventDecodeError",
+        "IntentTooLargeError", "MemoryContractError", "MemoryOverflow", "MemoryUnavailable",
+        "ModelError", "ProviderRejected", "ProviderUnavailable", "RingCorruptError",
+        "ScopeViolation", "StateCorruptError", "StateError", "StoreError", "StoreLimitError",
+        "UnsupportedSchemaVersionError",
+    ],
+    "beam_agents.metrics": ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"],
     "beam_agents.stores": [
         "FirestoreLongtermConfig", "FirestoreLongtermStore", "InMemoryLongtermConfig",
         "InMemoryLongtermStore", "SqliteLongtermConfig", "SqliteLongtermStore",
@@ -57,3 +75,15 @@ def test_exported_names_are_pinned(module: str) -> None:
     assert sorted(loaded.__all__) == sorted(PUBLIC[module])
     for name in loaded.__all__:
         assert hasattr(loaded, name), f"{module}.{name} is exported but missing"
+
+
+def test_every_error_the_library_raises_on_purpose_is_in_one_tree() -> None:
+    """The error tree is drawn in one place: each exported error derives from the root."""
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.BeamAgentsError), name
+
+
+def test_the_wire_types_are_reachable_from_public_modules() -> None:
+    assert (runtime.AgentEvent, runtime.Intent, runtime.ErrorRecord, memory.LongtermRecord) == (
+        event_pb2.AgentEvent, intent_pb2.Intent, error_record_pb2.ErrorRecord,
+        longterm_pb2.LongtermRecord)

@@ -1,10 +1,10 @@
 """AgentDoFn: the stateful DoFn that hosts the activation core on Beam.
 
-It only translates: keyed state in, `ActivationRuntime.activate`, outcome
-out. Three ReadModifyWriteState cells hold the entity's state; a committed
-outcome writes the dirty blobs and the new seq and emits intents on the main
-output; a failed one emits its error record on the ``errors`` output and
-writes nothing, so a corrupt blob is never overwritten (invariants 1, 8).
+It only translates: three ReadModifyWriteState cells in, `activate_keyed`,
+lines out. A committed outcome writes the dirty blobs and the new seq and
+emits intents on the main output; a failed one emits its error record on the
+``errors`` output and writes nothing, so a corrupt blob is never overwritten
+(invariants 1, 8).
 """
 
 from __future__ import annotations
@@ -16,22 +16,16 @@ import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.beam._metrics import BeamMetrics
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    Committed,
-    KeyedState,
-    error_to_json,
-    intent_to_json,
-    start_runtime,
-)
+from beam_agents.hosting import start_runtime
+from beam_agents.runtime import CELLS, ActivationRuntime, AgentConfig, StateCells, activate_keyed
 
 __all__ = ["ERRORS", "AgentDoFn"]
 
 #: The tag of the errors (dead-letter) output.
 ERRORS = "errors"
+
+_MEMORY, _LLM_CACHE, _SEQ = CELLS
 
 
 class AgentDoFn(beam.DoFn):
@@ -42,9 +36,9 @@ class AgentDoFn(beam.DoFn):
     `setup` and closed in `teardown`, once per DoFn instance.
     """
 
-    MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
-    LLM_CACHE = ReadModifyWriteStateSpec("llm_cache", BytesCoder())
-    SEQ = ReadModifyWriteStateSpec("seq", VarIntCoder())
+    MEMORY = ReadModifyWriteStateSpec(_MEMORY, BytesCoder())
+    LLM_CACHE = ReadModifyWriteStateSpec(_LLM_CACHE, BytesCoder())
+    SEQ = ReadModifyWriteStateSpec(_SEQ, VarIntCoder())
 
     def __init__(self, config: AgentConfig) -> None:
         super().__init__()
@@ -66,19 +60,10 @@ class AgentDoFn(beam.DoFn):
     ) -> Iterator[Any]:
         """Activate for one event and apply the outcome to state and outputs."""
         assert self._runtime is not None, "setup() was not called"
-        state = KeyedState(memory=memory.read(), llm_cache=llm_cache.read(), seq=seq.read() or 0)
-        outcome = self._runtime.activate(state, AgentEvent.FromString(element[1]))
-        self._metrics.flush()
-        if isinstance(outcome, Committed):
-            if outcome.memory is not None:
-                memory.write(outcome.memory)
-            if outcome.llm_cache is not None:
-                llm_cache.write(outcome.llm_cache)
-            seq.write(outcome.seq)
-            for intent in outcome.intents:
-                yield intent_to_json(intent)
-        else:
-            yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(outcome.error))
+        lines = list(activate_keyed(self._runtime, StateCells(memory, llm_cache, seq), element[1]))
+        self._metrics.flush()  # on the bundle thread, which Beam attributes counters to
+        for channel, line in lines:
+            yield line if channel == "intents" else beam.pvalue.TaggedOutput(ERRORS, line)
 
     def teardown(self) -> None:
         """Close the clients."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from apache_beam.metrics.metric import Metrics
 
 from beam_agents.metrics import BufferedMetrics
@@ -13,10 +15,8 @@ class BeamMetrics(BufferedMetrics):
     """Counts through Beam counters, so they show in ``result.metrics()`` and on Dataflow.
 
     Increments are buffered (see `BufferedMetrics`) and handed to Beam by
-    `flush`, which the DoFn calls from its bundle thread after each activation.
+    `flush`, which the DoFns call from their bundle thread after each element.
     """
 
-    def flush(self) -> None:
-        """Hand buffered increments to Beam; call from the DoFn's bundle thread."""
-        for namespace, name, value in self.drain():
-            Metrics.counter(namespace, name).inc(value)
+    def _counter(self, namespace: str, name: str) -> Any:
+        return Metrics.counter(namespace, name)

@@ -13,7 +13,8 @@ import argparse
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_agents.errors import ConfigError
-from beam_agents.runtime import AgentConfig, add_agent_flags, agent_config_from_flags
+from beam_agents.hosting import add_agent_flags, agent_config_from_flags
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io"]
 

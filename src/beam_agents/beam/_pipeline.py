@@ -12,15 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pipeline import Pipeline
 from apache_beam.pvalue import PCollection
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
+from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
-from beam_agents.runtime import AgentConfig, decode_input, error_to_json
+from beam_agents.runtime import AgentConfig, ErrorRecord, InputDecoder, error_to_json
 
 __all__ = ["DecodeEvents", "build_pipeline", "run"]
 
@@ -33,17 +32,21 @@ class DecodeEvents(beam.DoFn):
         self._format = input_format
         self._progress_every = progress_every
         self._seen = 0
-        self._events = Metrics.counter("beam_agents.runtime", "events")
-        self._undecodable = Metrics.counter("beam_agents.runtime", "errors_decode")
+        self._metrics = BeamMetrics()
+        self._decode = InputDecoder(input_format, self._metrics)
+
+    def setup(self) -> None:
+        """Bind fresh counters on the worker."""
+        self._metrics = BeamMetrics()
+        self._decode = InputDecoder(self._format, self._metrics)
 
     def process(self, element: bytes | str) -> Iterator[Any]:
         """Decode one element."""
         data = element.encode() if isinstance(element, str) else bytes(element)
         self._report_progress()
-        self._events.inc()
-        decoded = decode_input(data, self._format)
+        decoded = self._decode(data)
+        self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
-            self._undecodable.inc()
             yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(decoded))
             return
         yield decoded.entity_key, decoded.SerializeToString(deterministic=True)

@@ -1,7 +1,7 @@
 """AgentKeyedProcessFunction: the activation core hosted by a PyFlink keyed operator.
 
 The Flink twin of `AgentDoFn`, and just as thin: keyed ``ValueState`` in,
-`ActivationRuntime.activate`, outcome out. A committed outcome updates the
+`activate_keyed`, lines out. A committed outcome updates the
 dirty cells and the seq and emits intents; a failed one emits its error record
 on the `ERRORS` side output and leaves state untouched, so a corrupt blob is
 never overwritten (invariants 1, 8). Checkpoints snapshot the three cells
@@ -19,17 +19,9 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.flink._metrics import FlinkMetrics
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    Committed,
-    KeyedState,
-    error_to_json,
-    intent_to_json,
-    start_runtime,
-)
+from beam_agents.hosting import start_runtime
+from beam_agents.runtime import CELLS, ActivationRuntime, AgentConfig, StateCells, activate_keyed
 
 __all__ = ["ERRORS", "AgentKeyedProcessFunction"]
 
@@ -53,30 +45,21 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Bind the state cells and the metric group, and build the clients."""
-        self._memory = runtime_context.get_state(ValueStateDescriptor("memory", _BYTES))
-        self._llm_cache = runtime_context.get_state(ValueStateDescriptor("llm_cache", _BYTES))
-        self._seq = runtime_context.get_state(ValueStateDescriptor("seq", Types.LONG()))
+        memory, llm_cache, seq = CELLS
+        self._cells = StateCells(
+            _Cell(runtime_context.get_state(ValueStateDescriptor(memory, _BYTES))),
+            _Cell(runtime_context.get_state(ValueStateDescriptor(llm_cache, _BYTES))),
+            _Cell(runtime_context.get_state(ValueStateDescriptor(seq, Types.LONG()))))
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
         self._runtime = start_runtime(self._config, metrics=self._metrics)
 
     def process_element(self, value: tuple[str, bytes], ctx: Any) -> Iterator[Any]:
         """Activate for one event and apply the outcome to state and outputs."""
         assert self._runtime is not None, "open() was not called"
-        state = KeyedState(memory=_bytes_or_none(self._memory.value()),
-                           llm_cache=_bytes_or_none(self._llm_cache.value()),
-                           seq=self._seq.value() or 0)
-        outcome = self._runtime.activate(state, AgentEvent.FromString(value[1]))
+        lines = list(activate_keyed(self._runtime, self._cells, value[1]))
         self._metrics.flush()
-        if isinstance(outcome, Committed):
-            if outcome.memory is not None:
-                self._memory.update(outcome.memory)
-            if outcome.llm_cache is not None:
-                self._llm_cache.update(outcome.llm_cache)
-            self._seq.update(outcome.seq)
-            for intent in outcome.intents:
-                yield intent_to_json(intent).decode()
-        else:
-            yield ERRORS, error_to_json(outcome.error).decode()
+        for channel, line in lines:
+            yield line.decode() if channel == "intents" else (ERRORS, line.decode())
 
     def close(self) -> None:
         """Close the clients."""
@@ -85,5 +68,16 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             self._runtime = None
 
 
-def _bytes_or_none(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
+class _Cell:
+    """A Flink ``ValueState`` as the core's `StateCell`."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def read(self) -> Any:
+        return self._state.value()
+
+    def write(self, value: Any) -> None:
+        self._state.update(value)

@@ -18,7 +18,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pyflink.common import Configuration, Encoder, Types, WatermarkStrategy
-from pyflink.datastream import DataStream, ProcessFunction, StreamExecutionEnvironment
+from pyflink.datastream import (
+    DataStream,
+    ProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+)
 from pyflink.datastream.connectors.file_system import (
     BucketAssigner,
     FileSink,
@@ -28,17 +33,12 @@ from pyflink.datastream.connectors.file_system import (
     StreamFormat,
 )
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
-from beam_agents.runtime import (
-    AgentConfig,
-    add_agent_flags,
-    agent_config_from_flags,
-    decode_input,
-    error_to_json,
-    load_agent,
-)
+from beam_agents.flink._metrics import FlinkMetrics
+from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
+from beam_agents.runtime import AgentConfig, ErrorRecord, InputDecoder, error_to_json
 
 __all__ = ["DecodeEvents", "FlinkJobOptions", "agent_stream", "build_job", "environment",
            "flink_settings", "job_parser", "parse_args", "run"]
@@ -105,20 +105,33 @@ class FlinkJobOptions:
                 raise ConfigError(f"set --{name} so nothing is dropped", field=name)
         for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
                           ("restart_delay_ms", 0), ("bundle_size", 1), ("bundle_time_ms", 1)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"--{name} must be >= {low}, got {getattr(self, name)}",
-                                  field=name)
-        if self.parallelism is not None and self.parallelism < 1:
-            raise ConfigError(f"--parallelism must be >= 1, got {self.parallelism}",
-                              field="parallelism")
+            require_int(getattr(self, name), name=f"--{name}", low=low, field=name, noun="")
+        if self.parallelism is not None:
+            require_int(self.parallelism, name="--parallelism", low=1, field="parallelism",
+                        noun="")
 
 
 class DecodeEvents(ProcessFunction):
-    """A JSON line -> ``(key, AgentEvent bytes)``; an undecodable one -> a DECODE record."""
+    """A JSON line -> ``(key, AgentEvent bytes)``; an undecodable one -> a DECODE record.
+
+    The same decode step and counters as the Beam pipeline's (`InputDecoder`).
+    """
+
+    def __init__(self, input_format: str = "json") -> None:
+        self._format = input_format
+        self._metrics: FlinkMetrics | None = None
+        self._decode: InputDecoder | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        """Bind the counters to the operator's metric group."""
+        self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
+        self._decode = InputDecoder(self._format, self._metrics)
 
     def process_element(self, value: str, ctx: Any) -> Iterator[Any]:
         """Decode one line."""
-        decoded = decode_input(value.encode(), "json")
+        assert self._decode is not None and self._metrics is not None, "open() was not called"
+        decoded = self._decode(value.encode())
+        self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield ERRORS, error_to_json(decoded).decode()
             return

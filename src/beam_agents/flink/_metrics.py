@@ -16,19 +16,12 @@ class FlinkMetrics(BufferedMetrics):
     show the same ``namespace:name`` pairs as Beam's counters. PyFlink binds
     a counter to the calling thread's bundle, and sync agents run on a pool
     thread, so increments are buffered (`BufferedMetrics`) and `flush`ed by
-    the function after each activation.
+    the functions after each element.
     """
 
     def __init__(self, group: Any) -> None:
         super().__init__()
         self._group = group
-        self._counters: dict[tuple[str, str], Any] = {}
 
-    def flush(self) -> None:
-        """Hand buffered increments to Flink; call from ``process_element``."""
-        for namespace, name, value in self.drain():
-            counter = self._counters.get((namespace, name))
-            if counter is None:
-                counter = self._group.add_group(namespace).counter(name)
-                self._counters[(namespace, name)] = counter
-            counter.inc(value)
+    def _counter(self, namespace: str, name: str) -> Any:
+        return self._group.add_group(namespace).counter(name)

@@ -2,8 +2,10 @@
 
 `Memory` is the per-activation facade over the `memory` keyed-state blob
 (seed 000; invariants 2 and 4). ``Memory.longterm`` is a `LongtermHandle`
-over a `LongtermStore`: saves stage in the activation and flush through the
-`WriteCoordinator` (seed 004) only when the activation succeeds.
+over a `BufferedLongtermStore`: saves stage into the store's pending buffer
+and are flushed only when the activation succeeds. A long-term row is a
+`LongtermRecord`. The `WriteCoordinator` (seed 004) owns writes whose unit of
+work outlives one call (background and batched writers).
 """
 
 from beam_agents.errors import (
@@ -24,11 +26,14 @@ from beam_agents.memory._facade import (
 )
 from beam_agents.memory._longterm import DEFAULT_SEARCH_LIMIT, LongtermHandle
 from beam_agents.memory._store import (
+    BufferedLongtermStore,
     DiscardingLongtermStore,
     DiscardReceipt,
     FlushReceipt,
+    LongtermRecord,
     LongtermStore,
     LongtermStoreConfig,
+    PendingUpserts,
 )
 from beam_agents.memory._writes import (
     BackgroundWork,
@@ -47,11 +52,13 @@ __all__ = [
     "SOFT_CAP_BYTES",
     "STATE_SCHEMA_VERSION",
     "BackgroundWork",
+    "BufferedLongtermStore",
     "Compactor",
     "DiscardReceipt",
     "DiscardingLongtermStore",
     "FlushReceipt",
     "LongtermHandle",
+    "LongtermRecord",
     "LongtermStore",
     "LongtermStoreConfig",
     "LruCompactor",
@@ -59,6 +66,7 @@ __all__ = [
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
+    "PendingUpserts",
     "RingCorruptError",
     "Scope",
     "ScopeViolation",

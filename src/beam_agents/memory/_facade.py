@@ -12,60 +12,33 @@ bytes, the lengths of its items and the items appended since, so an append is
 O(item), decodes no item, and `to_bytes()` copies the kept part of the old
 encoding instead of re-encoding it. Reading a ring decodes it once per facade.
 
-Most activations touch a few keys of a large blob, so the blob is not
-re-encoded as a whole. Canonical bytes (all this library writes) are indexed
-by one pass over the entry headers (`_wire.scan_canonical`), values located
-but not copied; `to_bytes()` copies the encodings of entries the activation
-did not change out of the loaded bytes, coalescing neighbours into one slice,
-and encodes only the changed ones. The output is byte-identical to a
-deterministic serialization of the same entries. Any other input (a message,
-or bytes in some non-canonical form) goes through the protobuf parser and is
-re-encoded in full.
-
-Corruption is found when it was found before, and reported the same way
-(invariant 8). Everything the blob itself can get wrong is checked at load,
-before the agent runs: the fast path accepts only bytes that are exactly a
-canonical blob (a property test damages blobs at random and checks that
-whatever it accepts, protobuf reads identically), and everything else goes
-to the parser, which raises `StateCorruptError` for bad wire bytes, an empty
-or repeated key, an unknown kind, or a total that disagrees with the entries.
-The one check that waits for use is a ring's inner encoding, as it always
-has: checking it at load would be a Python loop over every item of every
-ring on every activation. The first read or append of a corrupt ring raises
-`RingCorruptError` naming the key, inside the activation, so nothing built
-on it can commit; a corrupt ring that nothing touches is carried to the
-output byte for byte, never rewritten or dropped, and the next activation
-that reads it fails the same way.
+Most activations touch a few keys of a large blob, so the blob is neither
+parsed nor re-encoded as a whole: `_blob` loads it into entries that point
+into the loaded bytes, and encodes them back copying what the activation did
+not change. It also says where corruption is reported (invariant 8): at load
+for everything the blob itself can get wrong, and at first use for a ring's
+inner encoding, as `RingCorruptError` naming the key.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from google.protobuf.message import DecodeError
-
-from beam_agents._proto.memory_pb2 import (
-    ENTRY_KIND_RING,
-    ENTRY_KIND_SCALAR,
-    EntryKind,
-    MemoryBlob,
+from beam_agents._proto.memory_pb2 import ENTRY_KIND_RING, ENTRY_KIND_SCALAR, MemoryBlob
+from beam_agents.errors import ConfigError, MemoryOverflow
+from beam_agents.memory._blob import (
+    STATE_SCHEMA_VERSION,
+    Entries,
+    Entry,
+    encode_entries,
+    encoding_of,
+    load_blob,
+    value_of,
 )
-from beam_agents.errors import (
-    ConfigError,
-    MemoryOverflow,
-    StateCorruptError,
-    UnsupportedSchemaVersionError,
-)
+from beam_agents.memory._longterm import LongtermHandle
 from beam_agents.memory._ring import RING_HEADER_BYTES, RingEdit, decode_ring, item_cost
-from beam_agents.memory._wire import (
-    BLOB_HEADER,
-    LoadedEntry,
-    NotCanonicalError,
-    entry_parts,
-    scan_canonical,
-    total_field,
-)
+from beam_agents.memory._wire import LoadedEntry
 from beam_agents.metrics import MetricsSink, NoopMetrics
 
 if TYPE_CHECKING:
@@ -80,7 +53,6 @@ __all__ = [
     "Memory",
 ]
 
-STATE_SCHEMA_VERSION = 1
 HARD_CAP_BYTES = 1_048_576
 SOFT_CAP_BYTES = HARD_CAP_BYTES * 3 // 4  # 786 432: warn and compact here (M11)
 DEFAULT_MAX_ITEMS = 64
@@ -104,33 +76,7 @@ class Compactor(Protocol):
         """Shrink `memory` in place."""
 
 
-class _Entry:
-    """One stored value that an operation has reached.
-
-    `span` is ``(start, end)`` of the entry's canonical encoding in the facade's
-    source bytes while the entry is exactly as loaded; any change clears it.
-    `value` is the encoded value, None while it has not been copied out of the
-    source (it starts at ``vstart``) or while a ring is being appended to, in
-    which case `edit` holds it. `items` caches a ring's decoded items for
-    reads. `last_access_ms` is None only while `span` is set: the stamp is
-    then part of the reused encoding and never needs decoding.
-    """
-
-    __slots__ = ("edit", "items", "kind", "last_access_ms", "size", "span", "value", "vstart")
-
-    def __init__(self, kind: EntryKind, value: bytes | None, size: int,
-                 last_access_ms: int | None) -> None:
-        self.kind = kind
-        self.value = value
-        self.size = size
-        self.last_access_ms = last_access_ms
-        self.items: list[bytes] | None = None  # decoded ring items, oldest first
-        self.edit: RingEdit | None = None
-        self.span: tuple[int, int] | None = None
-        self.vstart = -1
-
-
-def _size_of(entry: _Entry | LoadedEntry) -> int:
+def _size_of(entry: Entry | LoadedEntry) -> int:
     return entry[1] if isinstance(entry, tuple) else entry.size
 
 
@@ -183,7 +129,7 @@ class Memory:
         now_ms: int,
         compactor: Compactor | None = None,
         metrics: MetricsSink | None = None,
-        longterm: object | None = None,
+        longterm: LongtermHandle | None = None,
     ) -> None:
         if isinstance(now_ms, bool) or not isinstance(now_ms, int):
             raise TypeError(f"now_ms must be an int of milliseconds, got {now_ms!r}")
@@ -191,73 +137,13 @@ class Memory:
         self._compactor = compactor
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
         self._longterm = longterm
-        self._entries: dict[str, _Entry | LoadedEntry] = {}
-        self._source = b""  # the loaded bytes that unchanged entries are sliced from
-        self._size = 0
         self._dirty = False
         self._warned = False
         self._compacting = False
-        if blob is not None:
-            self._load(blob)
-
-    # -- loading -----------------------------------------------------------------
-
-    def _load(self, blob: MemoryBlob | bytes | bytearray | memoryview) -> None:
-        if isinstance(blob, MemoryBlob):
-            parsed = blob
-        elif isinstance(blob, bytes | bytearray | memoryview):
-            if not blob:
-                return
-            data = bytes(blob)
-            try:
-                loaded, self._size = scan_canonical(data)
-            except (NotCanonicalError, IndexError, UnicodeDecodeError):
-                pass  # not canonical, or corrupt: the parser below decides which
-            else:
-                self._entries = cast("dict[str, _Entry | LoadedEntry]", loaded)
-                self._source = data
-                return
-            try:
-                parsed = MemoryBlob.FromString(data)
-            except DecodeError as exc:
-                raise StateCorruptError(
-                    f"memory blob is not a valid MemoryBlob: {exc}", cell="memory"
-                ) from exc
-        else:
-            raise TypeError(f"blob must be MemoryBlob, bytes or None, got {type(blob).__name__}")
-        self._load_parsed(parsed)
-
-    def _load_parsed(self, blob: MemoryBlob) -> None:
-        version = blob.state_schema_version
-        if version != STATE_SCHEMA_VERSION:
-            if version == 0 and blob.ByteSize() == 0:
-                return  # an empty serialization is a fresh memory
-            raise UnsupportedSchemaVersionError(
-                cell="memory", version=version, supported=(STATE_SCHEMA_VERSION,)
-            )
-        entries: dict[str, _Entry | LoadedEntry] = {}
-        total = 0
-        for msg in blob.entries:
-            key, kind = msg.key, msg.kind
-            if not key:
-                raise StateCorruptError("memory blob holds an entry with an empty key",
-                                        cell="memory")
-            if key in entries:
-                raise StateCorruptError(f"memory blob holds key {key!r} twice", cell="memory")
-            if kind not in (ENTRY_KIND_SCALAR, ENTRY_KIND_RING):
-                raise StateCorruptError(
-                    f"memory entry {key!r} has unknown kind {kind}", cell="memory"
-                )
-            value = msg.value
-            entries[key] = _Entry(kind, value, len(value), msg.last_access_ms)
-            total += len(value)
-        if total != blob.total_value_bytes:
-            raise StateCorruptError(
-                f"memory blob says total_value_bytes={blob.total_value_bytes} but its entries "
-                f"hold {total} bytes",
-                cell="memory",
-            )
-        self._entries, self._size = entries, total
+        loaded = load_blob(blob)
+        self._entries: Entries = loaded.entries
+        self._source = loaded.source  # the loaded bytes that unchanged entries are sliced from
+        self._size = loaded.size_bytes
 
     # -- read-only views -----------------------------------------------------------
 
@@ -282,7 +168,7 @@ class Memory:
         return self._longterm is not None
 
     @property
-    def longterm(self) -> object:
+    def longterm(self) -> LongtermHandle:
         """The activation-scoped long-term memory handle (explicit access only, M18)."""
         if self._longterm is None:
             raise ConfigError(
@@ -328,7 +214,7 @@ class Memory:
         if entry.kind != ENTRY_KIND_SCALAR:
             raise TypeError(f"memory key {key!r} holds a ring; read it with ring({key!r})")
         self._touch(key, entry)
-        return self._value(entry)
+        return value_of(entry, self._source)
 
     def set(self, key: str, value: bytes) -> None:
         """Store `value` (empty allowed) at `key`, replacing a scalar or a ring (M04)."""
@@ -337,7 +223,7 @@ class Memory:
         self._admit(key, lambda: new_size)
         entry = self._entry(key)
         if entry is None:
-            self._entries[key] = _Entry(ENTRY_KIND_SCALAR, value, new_size, self._now_ms)
+            self._entries[key] = Entry(ENTRY_KIND_SCALAR, value, new_size, self._now_ms)
             self._size += new_size
         else:
             self._size += new_size - entry.size
@@ -398,7 +284,7 @@ class Memory:
         self._admit(key, ring_size_after)
         entry = self._entry(key)
         if entry is None:
-            entry = _Entry(ENTRY_KIND_RING, None, RING_HEADER_BYTES, self._now_ms)
+            entry = Entry(ENTRY_KIND_RING, None, RING_HEADER_BYTES, self._now_ms)
             entry.edit = RingEdit(key, _EMPTY_RING, lengths=())
             self._entries[key] = entry
             self._size += RING_HEADER_BYTES
@@ -422,64 +308,32 @@ class Memory:
 
         Byte-identical to ``SerializeToString(deterministic=True)`` of the
         same entries; unchanged entries are copied from the loaded bytes rather
-        than re-encoded (see the module docstring).
+        than re-encoded (see `_blob`).
         """
-        source = memoryview(self._source)
-        parts: list[bytes | memoryview] = [BLOB_HEADER]
-        run_start = run_end = -1  # a stretch of unchanged, adjacent source entries
-        for key, entry in self._entries.items():
-            if isinstance(entry, tuple):
-                start, end = entry[2], entry[3]
-            elif entry.span is not None:
-                start, end = entry.span
-            else:
-                if run_end >= 0:
-                    parts.append(source[run_start:run_end])
-                    run_start = run_end = -1
-                assert entry.last_access_ms is not None  # only a stamp clears a span
-                parts += entry_parts(key, self._value(entry), entry.last_access_ms, entry.kind)
-                continue
-            if start != run_end:
-                if run_end >= 0:
-                    parts.append(source[run_start:run_end])
-                run_start = start
-            run_end = end
-        if run_end >= 0:
-            parts.append(source[run_start:run_end])
-        parts.append(total_field(self._size))
-        return b"".join(parts)
+        return encode_entries(self._entries, self._source, self._size)
 
     # -- internals ---------------------------------------------------------------------
 
-    def _entry(self, key: str) -> _Entry | None:
-        """The entry at `key`, made an `_Entry` if no operation has reached it before."""
+    def _entry(self, key: str) -> Entry | None:
+        """The entry at `key`, made an `Entry` if no operation has reached it before."""
         entry = self._entries.get(key)
         if not isinstance(entry, tuple):
             return entry
         kind, size, start, end, vstart = entry
-        reached = self._entries[key] = _Entry(kind, None, size, None)
+        reached = self._entries[key] = Entry(kind, None, size, None)
         reached.span, reached.vstart = (start, end), vstart
         return reached
 
-    def _value(self, entry: _Entry) -> bytes:
-        """The entry's encoded value bytes, copied out of the source or encoded if edited."""
-        if entry.edit is not None:
-            return entry.edit.encode()
-        value = entry.value
-        if value is None:
-            value = entry.value = self._source[entry.vstart:entry.vstart + entry.size]
-        return value
-
-    def _items(self, key: str, entry: _Entry) -> list[bytes]:
+    def _items(self, key: str, entry: Entry) -> list[bytes]:
         """A ring's items for reading, decoded once until the next append."""
         if entry.items is None:
             if entry.edit is not None:
                 entry.items = entry.edit.items(key)
             else:
-                entry.items = decode_ring(key, *self._encoded(entry))
+                entry.items = decode_ring(key, *encoding_of(entry, self._source))
         return entry.items
 
-    def _edit(self, key: str, entry: _Entry) -> RingEdit:
+    def _edit(self, key: str, entry: Entry) -> RingEdit:
         """The ring's `RingEdit`, started from its encoded value on the first append.
 
         Raises:
@@ -488,18 +342,12 @@ class Memory:
         edit = entry.edit
         if edit is None:
             items = entry.items  # decoded by an earlier read: their lengths are known
-            edit = RingEdit(key, *self._encoded(entry),
+            edit = RingEdit(key, *encoding_of(entry, self._source),
                             lengths=None if items is None else map(len, items))
             entry.edit, entry.value = edit, None
         return edit
 
-    def _encoded(self, entry: _Entry) -> tuple[bytes, int, int]:
-        """Where a value's encoding is: its own bytes, or a stretch of the source."""
-        if entry.value is not None:
-            return entry.value, 0, len(entry.value)
-        return self._source, entry.vstart, entry.vstart + entry.size
-
-    def _touch(self, key: str, entry: _Entry) -> None:
+    def _touch(self, key: str, entry: Entry) -> None:
         entry.last_access_ms = self._now_ms
         entry.span = None
         entries = self._entries

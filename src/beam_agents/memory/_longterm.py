@@ -3,14 +3,16 @@
 Saves stage, reads overlay (seed 000, M18-M24):
 
 * `LongtermHandle.save` performs no store I/O. It stages an upsert stamped
-  with the activation's frozen ``seq`` and ``now_ms``; a later save of the same
-  key replaces the earlier one in program order.
+  with the activation's frozen ``seq`` and ``now_ms`` straight into the store's
+  pending buffer, the one buffer an upsert passes through on its way to a row;
+  a later save of the same key replaces the earlier one in program order.
 * The runtime calls `LongtermHandle.commit` in the commit tail, only after the
-  agent returned. It flushes every staged upsert through the `WriteCoordinator`
-  in one seq-guarded transaction (invariant 5), or raises so the activation
-  fails closed (M22). A failed activation calls `LongtermHandle.abandon`
-  instead and nothing it staged becomes visible (M20).
-* `load` and `search` run inline against the store and overlay the staged
+  agent returned. It flushes the entity's buffer in one seq-guarded
+  transaction (invariant 5), or raises `MemoryUnavailable` carrying the
+  store's reason, so the activation fails closed (M22). A failed activation
+  calls `LongtermHandle.abandon` instead, which drops the buffer, and nothing
+  it staged becomes visible (M20).
+* `load` and `search` run inline against the store and overlay the pending
   upserts, so an agent observes its own writes before any flush (M23).
 
 **Replay discipline (normative).** Reads are *point-in-time*: a replayed
@@ -31,24 +33,26 @@ import asyncio
 import inspect
 import itertools
 import threading
-from collections.abc import Awaitable, Coroutine
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
+from beam_agents._bridge import RunSync
+from beam_agents._checks import require_int
 from beam_agents.errors import MemoryContractError, MemoryUnavailable
 from beam_agents.memory._store import (
+    BufferedLongtermStore,
     DiscardReceipt,
     FlushReceipt,
     LongtermRecord,
-    LongtermStore,
     copy_record,
     validate_entity_key,
     validate_key,
     validate_search,
     validate_value,
 )
-from beam_agents.memory._writes import BackgroundWork, Scope, WriteCoordinator, WriteRequest
+from beam_agents.memory._writes import BackgroundWork
 
-__all__ = ["DEFAULT_SEARCH_LIMIT", "SAVE_OWNER", "LongtermHandle", "RunSync"]
+__all__ = ["DEFAULT_SEARCH_LIMIT", "SAVE_OWNER", "LongtermHandle"]
 
 T = TypeVar("T")
 
@@ -59,26 +63,15 @@ DEFAULT_SEARCH_LIMIT = 100
 SAVE_OWNER = "beam_agents.memory.longterm"
 
 
-class RunSync(Protocol):
-    """Runs a coroutine to completion on the runtime's event loop, from another thread."""
-
-    def __call__(self, coro: Coroutine[Any, Any, T], /) -> T:
-        """Return the coroutine's result, or raise its error."""
-        ...
-
-
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"LongtermHandle {name} must be an int >= 0, got {value!r}")
-    return value
-
-
 class LongtermHandle:
     """One activation's long-term memory: staged saves, point-in-time overlaid reads.
 
     Built by the runtime per activation with the activation's frozen
     ``entity_key``, ``seq`` and ``now_ms``, over a store opened once per DoFn
-    instance. It reaches only its own entity's records (invariant 7).
+    instance. It reaches only its own entity's records (invariant 7), and it
+    holds no records itself: they are in the store's pending buffer, which
+    belongs to this activation while it runs (a key runs one activation at a
+    time, invariant 6).
 
     Async agents use `aload`/`asearch`; sync agents (run in a worker thread)
     use `load`/`search`, which drive the same coroutines through ``run_sync``.
@@ -88,7 +81,7 @@ class LongtermHandle:
     def __init__(
         self,
         *,
-        store: LongtermStore,
+        store: BufferedLongtermStore,
         entity_key: bytes,
         seq: int,
         now_ms: int,
@@ -97,20 +90,19 @@ class LongtermHandle:
     ) -> None:
         self._store = store
         self._entity_key = validate_entity_key(entity_key)
-        self._seq = _check_int("seq", seq)
-        self._now_ms = _check_int("now_ms", now_ms)
+        self._seq = require_int(seq, name="LongtermHandle seq", low=0, error=ValueError)
+        self._now_ms = require_int(now_ms, name="LongtermHandle now_ms", low=0, error=ValueError)
         self._run_sync = run_sync
         self._background = background
-        self._scope = Scope(entity_key=entity_key)
-        self._coordinator = WriteCoordinator(store=store)
+        self._buffer = store.pending_upserts
         self._lock = threading.Lock()
-        # key -> (program-order number, record); the number lets a background
-        # save that completes late lose to a save issued after it.
-        self._staged: dict[str, tuple[int, LongtermRecord]] = {}
+        # key -> program-order number of the save staged for it; lets a
+        # background save that completes late lose to a save issued after it.
+        self._staged_order: dict[str, int] = {}
         self._order = itertools.count()
         self._saves: list[tuple[str, asyncio.Task[None], Awaitable[bytes]]] = []
-        self._open = True
-        self._written = False  # staged at the store and not yet committed
+        self._open = True  # takes new saves
+        self._sealed = False  # stages nothing more, not even a late background save
 
     @property
     def entity_key(self) -> bytes:
@@ -130,8 +122,8 @@ class LongtermHandle:
     @property
     def staged(self) -> tuple[LongtermRecord, ...]:
         """Copies of the staged upserts, in key order."""
-        with self._lock:
-            return tuple(copy_record(self._staged[key][1]) for key in sorted(self._staged))
+        pending = self._buffer.snapshot(self._entity_key)
+        return tuple(copy_record(pending[key]) for key in sorted(pending))
 
     # -- writes ------------------------------------------------------------------
 
@@ -213,9 +205,15 @@ class LongtermHandle:
             updated_at_ms=self._now_ms,
         )
         with self._lock:
-            current = self._staged.get(key)
-            if current is None or current[0] < order:
-                self._staged[key] = (order, record)
+            # Under the lock, so that abandon either sees this record in the
+            # buffer and drops it, or this save sees the activation ended.
+            if self._sealed:
+                raise MemoryContractError(
+                    f"longterm save of {key!r} after the activation committed or abandoned; "
+                    "it would never be flushed")
+            if self._staged_order.get(key, -1) < order:
+                self._buffer.stage(self._entity_key, (record,))
+                self._staged_order[key] = order
 
     def _check_open(self, key: str) -> None:
         if not self._open:
@@ -233,10 +231,9 @@ class LongtermHandle:
             MemoryUnavailable: The store could not be read; fails the activation.
         """
         validate_key(key)
-        with self._lock:
-            hit = self._staged.get(key)
+        hit = self._buffer.get(self._entity_key, key)
         if hit is not None:
-            return copy_record(hit[1])
+            return copy_record(hit)
         return await self._store.load(self._entity_key, key)
 
     async def asearch(
@@ -258,10 +255,9 @@ class LongtermHandle:
         # The store's first `limit` rows suffice: merging only adds keys, so no
         # row past them can rank within the merged first `limit`.
         merged = {row.key: row for row in rows[:limit]}
-        with self._lock:
-            for key, (_, record) in self._staged.items():
-                if key.startswith(prefix):
-                    merged[key] = copy_record(record)
+        for key, record in self._buffer.snapshot(self._entity_key).items():
+            if key.startswith(prefix):
+                merged[key] = copy_record(record)
         return tuple(merged[key] for key in sorted(merged)[:limit])
 
     def load(self, key: str) -> LongtermRecord | None:
@@ -280,14 +276,14 @@ class LongtermHandle:
         """Flush every staged upsert in one seq-guarded transaction, or raise.
 
         Joins background saves first. With nothing staged it does no store I/O
-        (M19). On a raise the store may still hold the staged buffer; the
+        (M19). On a raise the buffer still holds the staged upserts; the
         runtime then calls `abandon`.
 
         Raises:
-            MemoryUnavailable: The store could not stage or commit; the
-                activation fails closed (M22).
-            MemoryContractError: A required record was not published, or the
-                handle already committed or abandoned.
+            MemoryUnavailable: The store could not commit; names the entity,
+                the seq and the store's reason. The activation fails closed (M22).
+            MemoryContractError: The store did not publish a staged record, or
+                the handle already committed or abandoned.
             Exception: Whatever a background save raised; an activation must
                 not commit half its writes.
         """
@@ -295,37 +291,31 @@ class LongtermHandle:
             raise MemoryContractError("longterm commit after the activation committed or abandoned")
         self._open = False
         await self._join_saves()
-        records = self.staged
-        if not records:
+        with self._lock:
+            self._sealed = True  # what is flushed is all this activation will ever stage
+        staged = self._buffer.snapshot(self._entity_key)
+        if not staged:
             return FlushReceipt(entity_key=self._entity_key)
-        request = WriteRequest(scope=self._scope, records=records)
-        receipt = await self._coordinator.write(request)
-        if receipt.degraded:
-            reason = receipt.rejected[0][1] if receipt.rejected else "no reason given"
+        try:
+            receipt = await self._store.flush(self._entity_key)
+        except MemoryUnavailable as exc:
             raise MemoryUnavailable(
-                f"long-term store could not stage {len(records)} record(s) of entity "
-                f"{self._entity_key!r} at seq {self._seq} ({reason}); the activation fails closed"
-            )
-        self._written = True
-        if receipt.rejected:
-            raise MemoryContractError(f"the store rejected staged records {receipt.rejected}")
-        flushed = await self._coordinator.flush(
-            self._scope, required_ids=tuple(r.key for r in records)
-        )
-        if flushed.degraded:
-            raise MemoryUnavailable(
-                f"long-term flush of entity {self._entity_key!r} at seq {self._seq} failed "
-                f"({flushed.reason or 'no reason given'}); the activation fails closed and "
-                "is redriven"
-            )
-        self._written = False
-        return flushed
+                f"long-term flush of {len(staged)} record(s) of entity {self._entity_key!r} at "
+                f"seq {self._seq} failed ({exc}); the activation fails closed and is redriven"
+            ) from exc
+        # Superseded keys are published too: the store holds a newer seq (invariant 5).
+        missing = sorted(set(staged) - set(receipt.committed) - set(receipt.superseded))
+        if missing:
+            raise MemoryContractError(
+                f"the store's flush of entity {self._entity_key!r} at seq {self._seq} did not "
+                f"publish staged record(s) {missing}")
+        return receipt
 
-    async def abandon(self) -> DiscardReceipt | None:
-        """Roll back: cancel background saves, drop the staged upserts and the store buffer.
+    async def abandon(self) -> DiscardReceipt:
+        """Roll back: cancel background saves and drop the entity's pending buffer.
 
-        Committed rows are never touched. Returns None, with no store call,
-        when nothing reached the store since the last successful commit.
+        Committed rows are never touched, and nothing reaches the store: the
+        buffer is local to the store object.
         """
         self._open = False
         saves, self._saves = self._saves, []
@@ -336,11 +326,9 @@ class LongtermHandle:
             if not task.cancelled():
                 task.exception()  # retrieved: the rollback makes it moot
         with self._lock:
-            self._staged.clear()
-        if not self._written:
-            return None
-        self._written = False
-        return await self._coordinator.abandon(self._scope)
+            self._sealed = True
+            discarded = self._buffer.discard(self._entity_key)
+        return DiscardReceipt(entity_key=self._entity_key, discarded=discarded)
 
     async def _join_saves(self) -> None:
         saves, self._saves = self._saves, []

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from beam_agents._varint import MAX_VARINT_BYTES, decode_varint, encode_varint, varint_size
 from beam_agents.errors import RingCorruptError
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "RingEdit",
     "decode_ring",
     "encode_ring",
-    "encode_varint",
     "item_cost",
     "item_lengths",
 ]
@@ -45,24 +45,8 @@ _HEADER = bytes([RING_VERSION])
 
 def item_cost(item_len: int) -> int:
     """Encoded bytes one item of `item_len` bytes adds to a ring."""
-    return item_len + (1 if item_len < 0x80 else (item_len.bit_length() + 6) // 7)
-
-
-def encode_varint(value: int) -> bytes:
-    """The protobuf base-128 varint of a non-negative `value`, in its minimal form."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+    # Short items, the common case, cost no call.
+    return item_len + 1 if item_len < 0x80 else item_len + varint_size(item_len)
 
 
 def encode_ring(items: Iterable[bytes]) -> bytes:
@@ -84,7 +68,8 @@ def decode_ring(key: str, data: bytes, start: int = 0, end: int | None = None) -
     """
     end = len(data) if end is None else end
     _check_header(key, data, start, end)
-    return _decode_items(key, data, start, start + RING_HEADER_BYTES, end)
+    return _walk_quickly(key, data, start, start + RING_HEADER_BYTES, end,  # type: ignore[return-value]
+                         copy=True)
 
 
 def item_lengths(key: str, data: bytes, start: int = 0, end: int | None = None) -> list[int]:
@@ -98,32 +83,19 @@ def item_lengths(key: str, data: bytes, start: int = 0, end: int | None = None) 
     """
     end = len(data) if end is None else end
     _check_header(key, data, start, end)
-    lengths: list[int] = []
-    add = lengths.append
-    pos = start + RING_HEADER_BYTES
-    try:
-        while pos < end:
-            length = data[pos]
-            if length < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                length = (length & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                break  # a longer prefix: the careful walk handles it
-            add(length)
-            pos += length
-    except IndexError:
-        pos = -1
-    if pos != end:  # an overrun, a long prefix, or corruption: walk again with every check
-        return _walk_carefully(key, data, start, end, copy=False)  # type: ignore[return-value]
-    return lengths
+    return _walk_quickly(key, data, start, start + RING_HEADER_BYTES, end,  # type: ignore[return-value]
+                         copy=False)
 
 
-def _decode_items(key: str, data: bytes, origin: int, pos: int, end: int) -> list[bytes]:
-    """Decode the items in ``data[pos:end]`` of the ring that starts at `origin`."""
-    items: list[bytes] = []
-    add = items.append
+def _walk_quickly(key: str, data: bytes, origin: int, pos: int, end: int,
+                  *, copy: bool) -> list[bytes] | list[int]:
+    """Walk the items in ``data[pos:end]`` of the ring at `origin`: items, or their lengths.
+
+    The loop decodes one- and two-byte prefixes inline and checks only that
+    the items add up to `end`; anything else goes to `_walk_carefully`.
+    """
+    found: list[bytes] | list[int] = []
+    add = found.append
     try:
         while pos < end:
             length = data[pos]
@@ -135,13 +107,13 @@ def _decode_items(key: str, data: bytes, origin: int, pos: int, end: int) -> lis
             else:
                 break  # a longer prefix: the careful walk handles it
             following = pos + length
-            add(data[pos:following])
+            add(data[pos:following] if copy else length)  # type: ignore[arg-type]
             pos = following
     except IndexError:
         pos = -1
     if pos != end:  # an overrun, a long prefix, or corruption: walk again with every check
-        return _walk_carefully(key, data, origin, end, copy=True)  # type: ignore[return-value]
-    return items
+        return _walk_carefully(key, data, origin, end, copy=copy)
+    return found
 
 
 def _walk_carefully(key: str, data: bytes, start: int, end: int,
@@ -155,18 +127,22 @@ def _walk_carefully(key: str, data: bytes, start: int, end: int,
     found: list[bytes] | list[int] = []
     pos = start + RING_HEADER_BYTES
     while pos < end:
-        length = shift = 0
-        while True:
-            if pos >= end:
-                raise RingCorruptError(key, f"truncated length prefix at byte {pos - start}")
-            if shift > 63:
-                raise RingCorruptError(key, f"length prefix too long at byte {pos - start}")
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
+        # `data` may run on past `end` into the next entry, so a prefix still
+        # open at `end` is truncated, whatever its length; only one that runs
+        # past ten bytes inside the ring is too long.
+        try:
+            length, following = decode_varint(data, pos)
+        except IndexError:
+            following = end + 1
+        except ValueError:
+            following = pos + MAX_VARINT_BYTES + 1
+        if following > end:
+            raise RingCorruptError(key, f"truncated length prefix at byte {end - start}")
+        if following > pos + MAX_VARINT_BYTES:
+            raise RingCorruptError(
+                key, f"length prefix too long at byte {pos + MAX_VARINT_BYTES - start}"
+            )
+        pos = following
         if pos + length > end:
             raise RingCorruptError(
                 key, f"item {len(found)} claims {length} bytes but {end - pos} remain"
@@ -233,8 +209,8 @@ class RingEdit:
 
     def items(self, key: str) -> list[bytes]:
         """The current items, oldest first."""
-        base = _decode_items(key, self._data, self._head - RING_HEADER_BYTES, self._head,
-                             self._end) if self._base_items else []
+        base = _walk_quickly(key, self._data, self._head - RING_HEADER_BYTES, self._head,
+                             self._end, copy=True) if self._base_items else []
         return [*base, *self._tail]
 
     def encode(self) -> bytes:

@@ -17,6 +17,10 @@ which never touches committed rows. A flush that fails raises
 `MemoryUnavailable` and keeps the buffer, so a later flush still commits it
 (seed 004: a lost flush does not lose the write).
 
+The buffer is one `PendingUpserts` per store, and a `BufferedLongtermStore`
+exposes it, so an activation's long-term handle stages straight into it: an
+activation's upserts live in exactly one buffer from `save` to `flush`.
+
 This module is pure: stdlib, protobuf and beam_agents only.
 """
 
@@ -33,6 +37,7 @@ from beam_agents.errors import ScopeViolation, StoreLimitError
 __all__ = [
     "MAX_KEY_BYTES",
     "MAX_SEQ",
+    "BufferedLongtermStore",
     "DiscardReceipt",
     "DiscardingLongtermStore",
     "FlushReceipt",
@@ -191,6 +196,21 @@ class DiscardingLongtermStore(LongtermStore, Protocol):
         ...
 
 
+class BufferedLongtermStore(DiscardingLongtermStore, Protocol):
+    """A discarding store that exposes its pending buffer: what an activation needs.
+
+    ``pending_upserts`` is the buffer `stage` fills and `flush` commits, with
+    the backend's limit check bound in. Staging through it is the same as
+    `stage` without a coroutine, so sync code (``longterm.save``) stages with
+    no I/O and no event-loop round trip.
+    """
+
+    @property
+    def pending_upserts(self) -> PendingUpserts:
+        """The store's one pending buffer."""
+        ...
+
+
 class LongtermStoreConfig(Protocol):
     """Picklable settings for a store, held by ``AgentConfig.longterm_memory``.
 
@@ -198,7 +218,7 @@ class LongtermStoreConfig(Protocol):
     worker builds its own store.
     """
 
-    def open(self) -> LongtermStore:
+    def open(self) -> BufferedLongtermStore:
         """Build a store; called once per DoFn instance in ``setup()``."""
         ...
 
@@ -301,32 +321,34 @@ def validate_record(entity_key: bytes, record: object) -> LongtermRecord:
     return record
 
 
+#: A backend's limit check: the entity, and its buffer as it would be after a stage.
+LimitCheck = Callable[[bytes, Mapping[str, LongtermRecord]], None]
+
+
 class PendingUpserts:
     """The per-entity pending buffer every backend keeps between stage and flush.
 
     Records are copied on the way in, so a caller mutating its message after
     staging cannot change what is flushed. Methods never await, so each call is
     atomic for asyncio tasks; a lock makes them atomic across threads too.
+
+    Args:
+        check: The backend's limit check, called with the entity and its
+            buffer as it would be after a stage; raising (`StoreLimitError`)
+            leaves the buffer unchanged.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, check: LimitCheck | None = None) -> None:
         self._lock = threading.Lock()
         self._by_entity: dict[bytes, dict[str, LongtermRecord]] = {}
+        self._check = check
 
-    def stage(
-        self,
-        entity_key: bytes,
-        records: Sequence[LongtermRecord],
-        *,
-        check: Callable[[Mapping[str, LongtermRecord]], None] | None = None,
-    ) -> tuple[str, ...]:
+    def stage(self, entity_key: bytes, records: Sequence[LongtermRecord]) -> tuple[str, ...]:
         """Validate and buffer ``records``; all or nothing.
 
         Args:
             entity_key: The scope every record must belong to.
             records: Upserts; a later record for a key replaces an earlier one.
-            check: Backend limit check, called with the entity's buffer as it
-                would be after this call; raising leaves the buffer unchanged.
 
         Returns:
             The accepted keys, sorted and unique.
@@ -338,11 +360,16 @@ class PendingUpserts:
             incoming[record.key] = copy_record(record)
         with self._lock:
             merged = {**self._by_entity.get(entity_key, {}), **incoming}
-            if check is not None:
-                check(merged)
+            if self._check is not None:
+                self._check(entity_key, merged)
             if merged:
                 self._by_entity[entity_key] = merged
         return tuple(sorted(incoming))
+
+    def get(self, entity_key: bytes, key: str) -> LongtermRecord | None:
+        """Return the pending record for ``key`` (shared, not copied), or None."""
+        with self._lock:
+            return self._by_entity.get(entity_key, {}).get(key)
 
     def snapshot(self, entity_key: bytes) -> dict[str, LongtermRecord]:
         """Return the entity's pending records by key (a new dict; records are shared)."""

@@ -24,7 +24,7 @@ import functools
 import re
 
 from beam_agents._proto.memory_pb2 import ENTRY_KIND_RING, ENTRY_KIND_SCALAR, EntryKind
-from beam_agents.memory._ring import encode_varint
+from beam_agents._varint import decode_varint, encode_varint
 
 __all__ = [
     "BLOB_HEADER",
@@ -50,7 +50,6 @@ class NotCanonicalError(Exception):
 BLOB_HEADER = b"\x08\x01"
 _MAX_LENGTH_BYTES = 5  # a length prefix of up to 2**35 - 1
 _MAX_STAMP_BYTES = 9  # a non-negative int64
-_UINT64 = (1 << 64) - 1
 _RING_KIND_FIELD = bytes([0x20, ENTRY_KIND_RING])
 # A canonical stamp varint: continuation bytes, then a non-zero final byte
 # (a zero stamp is omitted, and a zero final byte would be padding).
@@ -64,16 +63,13 @@ def _read_varint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
         NotCanonicalError: the varint is longer than `max_bytes` or not minimal.
         IndexError: the data ends inside it.
     """
-    value = shift = 0
-    for index in range(pos, pos + max_bytes):
-        byte = data[index]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if byte == 0 and index > pos:
-                raise NotCanonicalError  # a padded varint: not what protobuf writes
-            return value, index + 1
-        shift += 7
-    raise NotCanonicalError
+    try:
+        value, following = decode_varint(data, pos, max_bytes)
+    except ValueError:
+        raise NotCanonicalError from None
+    if following - pos > 1 and not data[following - 1]:
+        raise NotCanonicalError  # a padded varint: not what protobuf writes
+    return value, following
 
 
 def scan_canonical(data: bytes) -> tuple[dict[str, LoadedEntry], int]:  # noqa: PLR0915
@@ -196,4 +192,4 @@ def total_field(total: int) -> bytes:
 @functools.lru_cache(maxsize=256)
 def _stamp_field(stamp: int) -> bytes:
     """The last_access_ms field for `stamp`; an activation stamps every entry alike."""
-    return b"\x18" + encode_varint(stamp & _UINT64)
+    return b"\x18" + encode_varint(stamp)

@@ -1,11 +1,11 @@
 """The replay-cache key: a content hash over everything that shapes one model call.
 
 `compute_cache_key` hashes a canonical JSON document holding the six request
-components (C01-C03). The document is, byte for byte, what
-``json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-allow_nan=False)`` prints for it, so the canonical form has a plain,
-reproducible definition. The stdlib encoder alone is too lenient, though, so
-one walk validates the input first:
+components (C01-C03), encoded by `beam_agents._canonical.canonical_json`:
+byte for byte what ``json.dumps(doc, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False, allow_nan=False)`` prints for it, so the canonical form has
+a plain, reproducible definition. The stdlib encoder alone is too lenient,
+though, so one walk validates the input first:
 
 * a non-``str`` dict key would be coerced to a string by ``json`` (``{1: x}``
   and ``{"1": x}`` would collide); here it raises `TypeError`;
@@ -32,8 +32,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+from beam_agents._canonical import canonical_json
 
 __all__ = ["JsonValue", "compute_cache_key"]
 
@@ -43,15 +45,6 @@ JsonValue: TypeAlias = (
     str | int | float | bool | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
 )
 
-# check_circular is off because the validating walk already turns a cycle into
-# a RecursionError, before the encoder ever sees the value.
-_ENCODER = json.JSONEncoder(
-    sort_keys=True,
-    separators=(",", ":"),
-    ensure_ascii=False,
-    allow_nan=False,
-    check_circular=False,
-)
 _isfinite = math.isfinite
 
 
@@ -130,7 +123,9 @@ def compute_cache_key(  # noqa: PLR0917 - seed 002 fixes this positional signatu
         "tools_schema": tools_schema,
     }
     try:
-        payload = _ENCODER.encode(document).encode("utf-8")
+        # No cycle check: the validating walk has already turned a cycle into
+        # a RecursionError, before the encoder ever sees the value.
+        payload = canonical_json(document, check_circular=False)
     except UnicodeEncodeError as exc:
         raise ValueError(
             f"a string in the request holds the unpaired surrogate "
@@ -148,9 +143,9 @@ def _check(value: object) -> None:
     """
     kind = type(value)
     if kind is dict:
-        _check_dict(value)  # type: ignore[arg-type]
+        _check_members(value.items(), True)  # type: ignore[attr-defined]
     elif kind is list or kind is tuple:
-        _check_list(value)  # type: ignore[arg-type]
+        _check_members(enumerate(value), False)  # type: ignore[arg-type]
     elif kind is str or kind is int or kind is bool or value is None:
         return
     elif kind is float:
@@ -159,21 +154,26 @@ def _check(value: object) -> None:
     # Subclasses (StrEnum, IntEnum, OrderedDict, ...) encode as their base type,
     # exactly as json does.
     elif isinstance(value, dict):
-        _check_dict(value)
+        _check_members(value.items(), True)
     elif isinstance(value, list | tuple):
-        _check_list(value)
+        _check_members(enumerate(value), False)
     elif isinstance(value, float):
         _check(float(value))
     elif not isinstance(value, str | int):
         raise _Rejected(TypeError, f"{kind.__name__} is not JSON serializable")
 
 
-def _check_dict(mapping: dict[object, object]) -> None:
-    for key, item in mapping.items():
-        if type(key) is not str and not isinstance(key, str):
+def _check_members(members: Iterable[tuple[Any, object]], keyed: bool) -> None:
+    """Check the ``(key, item)`` pairs of a dict (`keyed`) or the ``(index, item)`` of a list.
+
+    A dict and a list are walked by this one loop; `keyed` only decides
+    whether the first of each pair must be a ``str`` and how it reads in a path.
+    """
+    for where, item in members:
+        if keyed and type(where) is not str and not isinstance(where, str):
             raise _Rejected(
                 TypeError,
-                f"has the {type(key).__name__} key {key!r}; JSON object keys must be str",
+                f"has the {type(where).__name__} key {where!r}; JSON object keys must be str",
             )
         kind = type(item)
         if kind is str or kind is int:
@@ -181,19 +181,7 @@ def _check_dict(mapping: dict[object, object]) -> None:
         try:
             _check(item)
         except _Rejected as rejected:
-            rejected.segments.append(_key_segment(key))
-            raise
-
-
-def _check_list(items: list[object] | tuple[object, ...]) -> None:
-    for index, item in enumerate(items):
-        kind = type(item)
-        if kind is str or kind is int:
-            continue
-        try:
-            _check(item)
-        except _Rejected as rejected:
-            rejected.segments.append(f"[{index}]")
+            rejected.segments.append(_key_segment(where) if keyed else f"[{where}]")
             raise
 
 

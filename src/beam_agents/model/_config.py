@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 
 __all__ = ["PROVIDERS", "BreakerConfig", "ModelConfig"]
@@ -31,16 +32,13 @@ _DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
 
 
 def _require_number(name: str, value: object, low: float, high: float, *,
-                    low_inclusive: bool, integer: bool = False) -> None:
-    kind = "an int" if integer else "a number"
-    is_num = isinstance(value, int) if integer else isinstance(value, (int, float))
+                    low_inclusive: bool) -> None:
     bound = f"{'[' if low_inclusive else '('}{low:g}, {high:g}]"
-    if not is_num or isinstance(value, bool):
-        raise ConfigError(f"{name} must be {kind} in {bound}, got {value!r}", field=name)
-    assert isinstance(value, (int, float))
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=name)
     too_low = value < low if low_inclusive else value <= low
     if too_low or value > high or (isinstance(value, float) and not math.isfinite(value)):
-        raise ConfigError(f"{name} must be {kind} in {bound}, got {value!r}", field=name)
+        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=name)
 
 
 def _check_keys(cls: type, data: Mapping[str, Any], prefix: str) -> None:
@@ -69,8 +67,8 @@ class BreakerConfig:
     cooldown_s: float = 30.0
 
     def __post_init__(self) -> None:
-        _require_number("breaker.failure_threshold", self.failure_threshold, 1, 1000,
-                         low_inclusive=True, integer=True)
+        require_int(self.failure_threshold, name="breaker.failure_threshold", low=1, high=1000,
+                    field="breaker.failure_threshold")
         _require_number("breaker.cooldown_s", self.cooldown_s, 0, 3600, low_inclusive=False)
 
     @classmethod
@@ -132,8 +130,7 @@ class ModelConfig:
                                   field="model_id")
             object.__setattr__(self, "model_id", _DEFAULT_LOCAL_MODEL_ID)
         _require_number("timeout_s", self.timeout_s, 0, 600, low_inclusive=False)
-        _require_number("latency_ms", self.latency_ms, 0, 60_000, low_inclusive=True,
-                        integer=True)
+        require_int(self.latency_ms, name="latency_ms", low=0, high=60_000, field="latency_ms")
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
         self._check_provider_fields()

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from beam_agents._bridge import RunSync
 from beam_agents.errors import ProviderUnavailable, StateCorruptError
 from beam_agents.metrics import MetricsSink
 from beam_agents.model._breaker import CircuitBreaker
@@ -34,14 +35,13 @@ from beam_agents.model._provider import ModelProvider
 from beam_agents.model._replay_cache import ReplayCache
 from beam_agents.model._types import Message, ModelRequest, ModelResponse
 
-__all__ = ["METRICS_NAMESPACE", "ModelFacade", "RunSync"]
+__all__ = ["METRICS_NAMESPACE", "ModelFacade"]
 
 _log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "beam_agents.model"
 
 #: Drives a coroutine to completion from synchronous code.
-RunSync = Callable[[Coroutine[Any, Any, ModelResponse]], ModelResponse]
 
 
 class ModelFacade:

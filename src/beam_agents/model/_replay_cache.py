@@ -41,6 +41,7 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob, LlmCacheEntry
+from beam_agents._varint import varint_size
 from beam_agents.errors import StateCorruptError, UnsupportedSchemaVersionError
 
 __all__ = ["MAX_BLOB_BYTES", "MAX_ENTRIES", "STATE_SCHEMA_VERSION", "TTL_MS", "CachedResponse",
@@ -226,6 +227,11 @@ class ReplayCache:
         blob.CopyFrom(self._blob)
         return blob
 
+    def to_bytes(self) -> bytes:
+        """The ``llm_cache`` cell's bytes: ``to_blob()`` serialized deterministically (C14)."""
+        self._blob.total_response_bytes = self._total
+        return self._blob.SerializeToString(deterministic=True)
+
     # -- staging ---------------------------------------------------------------
 
     def get(self, cache_key: str) -> CachedResponse | None:
@@ -270,7 +276,7 @@ class ReplayCache:
             # case: both are recent epoch milliseconds), so only a stamp that
             # changes length costs a size computation.
             same_width = (last_access > 0 and now > 0
-                          and (last_access.bit_length() + 6) // 7 == (now.bit_length() + 6) // 7)
+                          and varint_size(last_access) == varint_size(now))
             if not same_width:
                 key_bytes = _utf8_length(cache_key)
                 self._entries_bytes += _entry_size(
@@ -408,13 +414,6 @@ def _utf8_length(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-def _varint_size(value: int) -> int:
-    """Bytes in a protobuf varint; a negative int64 is sign-extended to ten."""
-    if value < 0:
-        return 10
-    return (value.bit_length() + 6) // 7 or 1
-
-
 def _entry_size(
     key_bytes: int, response_bytes: int, digest_only: bool, created_at_ms: int, last_access_ms: int
 ) -> int:
@@ -425,16 +424,16 @@ def _entry_size(
     """
     body = 2 + _DIGEST_BYTES  # response_digest is always 32 bytes: tag, length, payload
     if key_bytes:
-        body += 1 + _varint_size(key_bytes) + key_bytes
+        body += 1 + varint_size(key_bytes) + key_bytes
     if response_bytes:
-        body += 1 + _varint_size(response_bytes) + response_bytes
+        body += 1 + varint_size(response_bytes) + response_bytes
     if digest_only:
         body += 2
     if created_at_ms:
-        body += 1 + _varint_size(created_at_ms)
+        body += 1 + varint_size(created_at_ms)
     if last_access_ms:
-        body += 1 + _varint_size(last_access_ms)
-    return 1 + _varint_size(body) + body
+        body += 1 + varint_size(last_access_ms)
+    return 1 + varint_size(body) + body
 
 
 def _entry_size_of(entry: LlmCacheEntry, response_bytes: int) -> int:
@@ -446,5 +445,5 @@ def _blob_size(entries_bytes: int, total_response_bytes: int) -> int:
     """Serialized size of a blob: version 1 (two bytes), the entries, the total."""
     size = 2 + entries_bytes
     if total_response_bytes:
-        size += 1 + _varint_size(total_response_bytes)
+        size += 1 + varint_size(total_response_bytes)
     return size

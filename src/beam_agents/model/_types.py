@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from beam_agents._canonical import canonical_json
+
 __all__ = [
     "MESSAGE_KEYS",
     "ROLES",
@@ -24,7 +26,6 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ToolCall",
-    "canonical_json",
     "tool_function",
 ]
 
@@ -41,13 +42,6 @@ SAMPLING_KEYS = frozenset(
 _INT_SAMPLING_KEYS = frozenset({"max_tokens", "seed", "top_k"})
 _POSITIVE_SAMPLING_KEYS = frozenset({"max_tokens", "top_k"})
 _RESPONSE_FORMAT_VERSION = 1
-
-
-def canonical_json(value: object) -> bytes:
-    """Encode `value` as canonical UTF-8 JSON: sorted keys, compact, no NaN/Infinity."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
 
 
 def _plain_json(value: object, where: str) -> Any:

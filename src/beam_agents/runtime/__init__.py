@@ -2,10 +2,18 @@
 
 An agent is any callable ``agent(ctx: AgentContext)``, sync or async. Hosts
 (the Beam DoFn, the Flink function, the CLI, tests) build an
-`ActivationRuntime` with `start_runtime` and call `activate` per event; the
-outcome is `Committed` (write state, emit intents) or `Failed` (one error record).
+`ActivationRuntime` (through `beam_agents.hosting.start_runtime`) and call
+`activate` per event; the outcome is `Committed` (write state, emit intents)
+or `Failed` (one error record).
+
+The wire types an agent and a host handle are exported here: `AgentEvent`
+(the input), `Intent` (what an agent emits) and `ErrorRecord` (a dead
+letter), with their canonical JSON forms.
 """
 
+from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.runtime._activation import (
     ActivationRuntime,
     Committed,
@@ -22,23 +30,27 @@ from beam_agents.runtime._codec import (
     event_to_json,
     intent_to_json,
 )
-from beam_agents.runtime._config import AgentConfig, load_agent
-from beam_agents.runtime._context import AgentContext, IntentTooLargeError, encode_payload
+from beam_agents.runtime._config import AgentConfig
+from beam_agents.runtime._context import AgentContext, encode_payload
 from beam_agents.runtime._errors import decode_input, error_record, stage_of
-from beam_agents.runtime._flags import add_agent_flags, agent_config_from_flags
-from beam_agents.runtime._host import start_runtime
+from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells, activate_keyed
 
 __all__ = [
+    "CELLS",
     "ActivationRuntime",
     "AgentConfig",
     "AgentContext",
+    "AgentEvent",
     "Committed",
+    "ErrorRecord",
     "Failed",
-    "IntentTooLargeError",
+    "InputDecoder",
+    "Intent",
     "KeyedState",
     "Outcome",
-    "add_agent_flags",
-    "agent_config_from_flags",
+    "StateCell",
+    "StateCells",
+    "activate_keyed",
     "decode_event",
     "decode_event_json",
     "decode_event_proto",
@@ -49,7 +61,5 @@ __all__ = [
     "error_to_json",
     "event_to_json",
     "intent_to_json",
-    "load_agent",
     "stage_of",
-    "start_runtime",
 ]

@@ -30,11 +30,10 @@ from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.errors import ActivationTimeoutError
-from beam_agents.memory import LongtermHandle, Memory, TaskRegistry
-from beam_agents.memory._store import LongtermStore
+from beam_agents.memory import BufferedLongtermStore, LongtermHandle, Memory, TaskRegistry
 from beam_agents.metrics import MetricsSink, NoopMetrics
 from beam_agents.model import BreakerRegistry, ModelFacade, ModelProvider, ReplayCache
-from beam_agents.runtime._config import AgentConfig, load_agent
+from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext
 from beam_agents.runtime._errors import error_record, stage_of
 
@@ -84,17 +83,19 @@ class ActivationRuntime:
 
     Args:
         config: The agent configuration.
-        provider: The model provider (from `build_provider(config.model)`).
+        agent: The callable ``config.agent`` names, resolved by the host.
+        provider: The model provider ``config.model`` names, built by the host.
         clock: Monotonic seconds for the circuit breakers; injected (invariant 2).
         store: The long-term store, when ``config.longterm_memory`` is set.
         metrics: Where counters go.
     """
 
-    def __init__(self, config: AgentConfig, *, provider: ModelProvider,
-                 clock: Callable[[], float], store: LongtermStore | None = None,
+    def __init__(self, config: AgentConfig, *, agent: Callable[..., Any],
+                 provider: ModelProvider, clock: Callable[[], float],
+                 store: BufferedLongtermStore | None = None,
                  metrics: MetricsSink | None = None) -> None:
         self._config = config
-        self._agent = load_agent(config.agent)
+        self._agent = agent
         self._is_async = inspect.iscoroutinefunction(self._agent) or (
             not inspect.isfunction(self._agent)
             and inspect.iscoroutinefunction(type(self._agent).__call__))
@@ -113,7 +114,7 @@ class ActivationRuntime:
         return self._config
 
     @property
-    def store(self) -> LongtermStore | None:
+    def store(self) -> BufferedLongtermStore | None:
         """The long-term store, or None when ``config.longterm_memory`` is unset (M18)."""
         return self._store
 
@@ -178,8 +179,7 @@ class ActivationRuntime:
         return Committed(
             seq=seq,
             memory=memory.to_bytes() if memory.dirty else None,
-            llm_cache=cache.to_blob().SerializeToString(deterministic=True) if cache.dirty
-            else None,
+            llm_cache=cache.to_bytes() if cache.dirty else None,
             intents=ctx.intents,
         )
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from beam_agents._canonical import canonical_json
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
@@ -41,11 +42,6 @@ __all__ = [
 
 _EVENT_FIELDS = {"entity_key", "entity_key_b64", "event_id", "event_time_ms", "payload",
                  "payload_b64", "attributes"}
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
 
 
 def _put_bytes(out: dict[str, Any], name: str, value: bytes) -> None:
@@ -76,7 +72,7 @@ def _get_bytes(doc: dict[str, Any], name: str, *, required: bool,
         return value.encode()
     if name == "payload":
         try:
-            return _dumps(value)
+            return canonical_json(value)
         except ValueError as exc:  # NaN/Infinity
             raise error(f"payload is not canonical JSON: {exc}", field="payload") from exc
     raise error(f"{name} must be a string, got {type(value).__name__}", field=name)
@@ -147,7 +143,7 @@ def event_to_json(event: AgentEvent) -> bytes:
     _put_bytes(out, "payload", event.payload)
     if event.attributes:
         out["attributes"] = dict(event.attributes)
-    return _dumps(out)
+    return canonical_json(out)
 
 
 def intent_to_json(intent: Intent) -> bytes:
@@ -156,7 +152,7 @@ def intent_to_json(intent: Intent) -> bytes:
                            "event_id": intent.event_id}
     _put_bytes(out, "entity_key", intent.entity_key)
     _put_bytes(out, "payload", intent.payload)
-    return _dumps(out)
+    return canonical_json(out)
 
 
 def error_to_json(record: ErrorRecord) -> bytes:
@@ -169,7 +165,7 @@ def error_to_json(record: ErrorRecord) -> bytes:
     }
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
-    return _dumps(out)
+    return canonical_json(out)
 
 
 def error_from_json(line: bytes | str) -> ErrorRecord:

@@ -1,54 +1,22 @@
 """AgentConfig: everything an activation needs besides state and the event.
 
 Configs are frozen, validated and picklable (DoFns and Flink functions are
-pickled to workers); they hold no clients. The library never reads
-environment variables: entry points map flags onto `AgentConfig.from_mapping`.
+pickled to workers); they hold no clients and name no backend module: the
+edge (`beam_agents.hosting`) maps flags and JSON onto them and turns them into
+clients. The library never reads environment variables.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from beam_agents.errors import ConfigError
-from beam_agents.memory import Compactor, LruCompactor
-from beam_agents.memory._store import LongtermStoreConfig
+from beam_agents.memory import Compactor, LongtermStoreConfig, LruCompactor
 from beam_agents.model import ModelConfig
 
-__all__ = ["AgentConfig", "load_agent"]
+__all__ = ["AgentConfig"]
 
 _MAX_TIMEOUT_MS = 3_600_000
-
-
-def load_agent(reference: str) -> Callable[..., Any]:
-    """Resolve ``"package.module:callable"`` to the agent callable.
-
-    Raises:
-        ConfigError: the reference is malformed, the module does not import, or
-            the attribute is missing or not callable; names `AgentConfig.agent`.
-    """
-    module_name, sep, attr = reference.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(
-            f"AgentConfig.agent must look like 'package.module:callable', got {reference!r}",
-            field="AgentConfig.agent",
-        )
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"AgentConfig.agent {reference!r}: cannot import {module_name!r}: {exc}",
-                          field="AgentConfig.agent") from exc
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ConfigError(f"AgentConfig.agent {reference!r}: {module_name!r} has no {attr!r}",
-                              field="AgentConfig.agent")
-    if not callable(target):
-        raise ConfigError(f"AgentConfig.agent {reference!r} is not callable",
-                          field="AgentConfig.agent")
-    return target  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,28 +68,3 @@ class AgentConfig:
                 getattr(self.longterm_memory, "open", None)):
             raise ConfigError("AgentConfig.longterm_memory must be a store config with open(), "
                               "e.g. SqliteLongtermConfig", field="AgentConfig.longterm_memory")
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> AgentConfig:
-        """Build from plain data (a JSON config file); unknown keys raise ConfigError naming them.
-
-        ``longterm_memory`` is a mapping with ``backend`` (``"sqlite"`` or
-        ``"firestore"``) and that backend's fields; ``compactor`` is
-        ``{"target_fraction": f}`` or null.
-        """
-        known = {"agent", "model", "compactor", "timeout_ms", "longterm_memory",
-                 "max_intent_bytes", "traceback_bytes"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown AgentConfig field(s): {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(known))}", field=unknown[0])
-        kwargs: dict[str, Any] = dict(data)
-        if "model" in kwargs and isinstance(kwargs["model"], Mapping):
-            kwargs["model"] = ModelConfig.from_mapping(kwargs["model"])
-        if "compactor" in kwargs and isinstance(kwargs["compactor"], Mapping):
-            kwargs["compactor"] = LruCompactor(**kwargs["compactor"])
-        if isinstance(kwargs.get("longterm_memory"), Mapping):
-            from beam_agents.stores import longterm_config_from_mapping  # noqa: PLC0415
-
-            kwargs["longterm_memory"] = longterm_config_from_mapping(kwargs["longterm_memory"])
-        return cls(**kwargs)

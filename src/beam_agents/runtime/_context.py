@@ -5,23 +5,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from beam_agents._canonical import canonical_json
 from beam_agents._proto.intent_pb2 import Intent
+from beam_agents.errors import IntentTooLargeError
 
 if TYPE_CHECKING:
     from beam_agents._proto.event_pb2 import AgentEvent
     from beam_agents.memory import Memory
     from beam_agents.model import ModelFacade
 
-__all__ = ["AgentContext", "IntentTooLargeError", "encode_payload"]
-
-
-class IntentTooLargeError(ValueError):
-    """An emitted payload exceeds AgentConfig.max_intent_bytes; the activation fails (OUTPUT)."""
-
-    def __init__(self, *, kind: str, size: int, limit: int) -> None:
-        super().__init__(f"intent {kind!r} carries {size} bytes, over AgentConfig.max_intent_bytes "
-                         f"= {limit}; emit a reference (e.g. a long-term key) instead")
-        self.kind, self.size, self.limit = kind, size, limit
+__all__ = ["AgentContext", "encode_payload"]
 
 
 def encode_payload(payload: object) -> bytes:
@@ -41,8 +34,7 @@ def encode_payload(payload: object) -> bytes:
         return bytes(payload)
     if isinstance(payload, str):
         return payload.encode()
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
+    return canonical_json(payload)
 
 
 class AgentContext:

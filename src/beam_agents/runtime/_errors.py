@@ -11,13 +11,14 @@ from beam_agents.errors import (
     BeamAgentsError,
     ConfigError,
     EventDecodeError,
+    IntentTooLargeError,
     MemoryOverflow,
     ModelError,
     StateError,
     StoreError,
+    StoreLimitError,
 )
 from beam_agents.runtime._codec import decode_event
-from beam_agents.runtime._context import IntentTooLargeError
 
 __all__ = ["ErrorRecord", "decode_input", "error_record", "stage_of"]
 
@@ -32,6 +33,9 @@ _STAGES: tuple[tuple[type[BaseException], int], ...] = (
     (ActivationTimeoutError, ErrorRecord.STAGE_TIMEOUT),
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
+    # A save that a backend's limits refuse is refused where it stages, before
+    # the commit tail; it belongs to the flush it could never be part of.
+    (StoreLimitError, ErrorRecord.STAGE_LONGTERM_FLUSH),
     (StoreError, ErrorRecord.STAGE_LONGTERM_READ),
     (EventDecodeError, ErrorRecord.STAGE_DECODE),
     (ConfigError, ErrorRecord.STAGE_CONFIG),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
         longterm_config_from_mapping,
     )
     from beam_agents.stores.firestore import FirestoreLongtermStore
-    from beam_agents.stores.memory import InMemoryLongtermConfig, InMemoryLongtermStore
+    from beam_agents.stores.in_memory import InMemoryLongtermConfig, InMemoryLongtermStore
     from beam_agents.stores.sqlite import SqliteLongtermStore
 
 __all__ = [
@@ -36,8 +36,8 @@ __all__ = [
 _HOMES = {
     "FirestoreLongtermConfig": "beam_agents.stores._config",
     "FirestoreLongtermStore": "beam_agents.stores.firestore",
-    "InMemoryLongtermConfig": "beam_agents.stores.memory",
-    "InMemoryLongtermStore": "beam_agents.stores.memory",
+    "InMemoryLongtermConfig": "beam_agents.stores.in_memory",
+    "InMemoryLongtermStore": "beam_agents.stores.in_memory",
     "SqliteLongtermConfig": "beam_agents.stores._config",
     "SqliteLongtermStore": "beam_agents.stores.sqlite",
     "longterm_config_from_mapping": "beam_agents.stores._config",

@@ -1,8 +1,9 @@
-"""What the durable backends share around their I/O: the pending buffer and the closed flag.
+"""What every backend shares around its I/O: the pending buffer, staging, discard, closed.
 
-SQLite and Firestore keep staged upserts in this object until flush, refuse
-work once closed, and settle the buffer the same way after a transaction;
-only the transaction itself is backend-specific.
+SQLite, Firestore and the in-memory store keep staged upserts in one
+`PendingUpserts` (exposed as `pending_upserts`, so an activation's handle
+stages into it directly), refuse work once closed, and settle the buffer the
+same way after a transaction; only the transaction itself is backend-specific.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from beam_agents.errors import MemoryContractError
 from beam_agents.memory._store import (
     DiscardReceipt,
     FlushReceipt,
+    LimitCheck,
     PendingUpserts,
     validate_entity_key,
 )
@@ -22,16 +24,33 @@ __all__ = ["BufferedStore"]
 
 
 class BufferedStore:
-    """Base of the durable stores: the pending buffer, `discard`, and the closed check."""
+    """Base of the stores: the pending buffer, `stage`, `discard`, and the closed check.
 
-    def __init__(self) -> None:
-        self._pending = PendingUpserts()
+    Args:
+        check: The backend's limit check, bound into the buffer so that every
+            way of staging applies it before anything is buffered.
+    """
+
+    def __init__(self, check: LimitCheck | None = None) -> None:
+        self._pending = PendingUpserts(check)
         self._closed = False
+
+    @property
+    def pending_upserts(self) -> PendingUpserts:
+        """The one pending buffer; staging into it does no I/O."""
+        return self._pending
 
     def _require_open(self, what: str) -> None:
         """Raise `MemoryContractError` naming `what` once the store is closed."""
         if self._closed:
             raise MemoryContractError(f"{what} on a closed {type(self).__name__}")
+
+    async def stage(
+        self, entity_key: bytes, records: Sequence[LongtermRecord]
+    ) -> tuple[str, ...]:
+        """Buffer upserts in this object until flush; limits are checked here. No I/O."""
+        self._require_open("stage")
+        return self._pending.stage(entity_key, records)
 
     async def discard(self, entity_key: bytes) -> DiscardReceipt:
         """Drop the entity's pending buffer; committed rows stay. No I/O."""
@@ -43,5 +62,5 @@ class BufferedStore:
                  committed: Sequence[str], superseded: Sequence[str]) -> FlushReceipt:
         """Forget the flushed `batch` and describe what the transaction did."""
         self._pending.settle(entity_key, batch)
-        return FlushReceipt(entity_key=entity_key, committed=tuple(committed),
-                            superseded=tuple(superseded))
+        return FlushReceipt(entity_key=entity_key, committed=tuple(sorted(committed)),
+                            superseded=tuple(sorted(superseded)))

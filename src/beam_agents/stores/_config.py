@@ -10,23 +10,19 @@ google.cloud.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
+from beam_agents.stores._firestore_rules import require_collection_id
 
 if TYPE_CHECKING:
     from beam_agents.stores.firestore import FirestoreLongtermStore
     from beam_agents.stores.sqlite import SqliteLongtermStore
 
 __all__ = ["FirestoreLongtermConfig", "SqliteLongtermConfig", "longterm_config_from_mapping"]
-
-# Firestore's documented limits for collection and document ids.
-_MAX_ID_BYTES = 1500
-_RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SqliteLongtermConfig:
@@ -50,7 +46,8 @@ class SqliteLongtermConfig:
             )
         if "\x00" in self.path:
             raise ConfigError("SqliteLongtermConfig.path must not contain NUL", field="path")
-        _require_int(self.busy_timeout_ms, "SqliteLongtermConfig.busy_timeout_ms", minimum=0)
+        require_int(self.busy_timeout_ms, name="SqliteLongtermConfig.busy_timeout_ms", low=0,
+                    field="busy_timeout_ms")
 
     def open(self) -> SqliteLongtermStore:
         """Build the store; the database is opened lazily on first use."""
@@ -91,46 +88,15 @@ class FirestoreLongtermConfig:
                     f"got {value!r}",
                     field=name,
                 )
-        _require_collection_id(self.collection)
-        _require_int(self.timeout_ms, "FirestoreLongtermConfig.timeout_ms", minimum=1)
+        require_collection_id(self.collection)
+        require_int(self.timeout_ms, name="FirestoreLongtermConfig.timeout_ms", low=1,
+                    field="timeout_ms")
 
     def open(self) -> FirestoreLongtermStore:
         """Build the store; the Firestore client is created on first use."""
         from beam_agents.stores.firestore import FirestoreLongtermStore  # noqa: PLC0415 - lazy
 
         return FirestoreLongtermStore(self)
-
-
-def _require_int(value: object, name: str, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(
-            f"{name} must be an int >= {minimum}, got {value!r}", field=name.rsplit(".", 1)[-1]
-        )
-
-
-def _require_collection_id(collection: object) -> None:
-    problem = None
-    if not isinstance(collection, str) or not collection:
-        problem = "must be a non-empty str"
-    elif "/" in collection:
-        problem = "must not contain '/'"
-    elif collection in (".", ".."):
-        problem = "must not be '.' or '..'"
-    elif _RESERVED_ID.fullmatch(collection):
-        problem = "must not match __.*__ (reserved by Firestore)"
-    else:
-        try:
-            size = len(collection.encode("utf-8"))
-        except UnicodeEncodeError:
-            problem = "must be valid Unicode text"
-        else:
-            if size > _MAX_ID_BYTES:
-                problem = f"must be at most {_MAX_ID_BYTES} UTF-8 bytes"
-    if problem is not None:
-        raise ConfigError(
-            f"FirestoreLongtermConfig.collection {problem}, got {collection!r}",
-            field="collection",
-        )
 
 
 def longterm_config_from_mapping(

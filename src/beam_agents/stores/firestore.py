@@ -1,27 +1,9 @@
 """The production long-term store on Cloud Firestore (``google-cloud-firestore`` AsyncClient).
 
 Layout: ``{collection}/{entity id}/records/{document id}``, one document per
-record, with the fields
-
-* ``entity_key`` (bytes), ``value`` (bytes), ``seq`` and ``updated_at_ms``
-  (integers): the record itself;
-* ``key`` (string): the key as text, for people and tools reading the data;
-* ``key_utf8_hex`` (string): the key's UTF-8 bytes in lowercase hex. Prefix
-  search ranges and orders on it, and reads take the key from it.
-
-Why a separate order field: Firestore orders strings by UTF-8 bytes (code
-point order), but the Firestore-protocol test server compares JavaScript
-strings by UTF-16 code units, which disagree for keys mixing U+E000..U+FFFF
-with supplementary characters. Hex digits are ASCII, so both servers order
-``key_utf8_hex`` exactly as the port requires, and every key starting with a
-prefix ``p`` lies in ``[hex(p), hex(p) + "g")``. Range queries on
-``__name__`` do not work on the test server, hence a field at all.
-
-Ids: the entity id is ``hex(entity_key)`` (``-`` for the empty key). The
-document id is the key with an escape scheme (:func:`encode_document_id`),
-readable in the console and valid for any key: it never contains ``/``, is
-never ``.``/``..``, never matches ``__.*__``, and stays under 1,500 bytes for
-keys up to `MAX_KEY_BYTES`.
+record. The ids, the document's fields and Firestore's limits are pure rules
+in `beam_agents.stores._firestore_rules` (re-exported here); this module
+adds the client, the queries and the transactions.
 
 This is the only module that imports ``google.cloud``.
 """
@@ -30,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
@@ -40,23 +21,32 @@ from google.cloud.firestore_v1 import AsyncClient, AsyncTransaction, async_trans
 from google.cloud.firestore_v1.async_document import AsyncDocumentReference
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from beam_agents.errors import (
-    ConfigError,
-    MemoryContractError,
-    MemoryUnavailable,
-    ScopeViolation,
-    StoreLimitError,
-)
+from beam_agents.errors import ConfigError, MemoryContractError, MemoryUnavailable
 from beam_agents.memory._store import (
     FlushReceipt,
     LongtermRecord,
     seq_guard_allows,
-    validate_entity_key,
     validate_key,
     validate_search,
 )
 from beam_agents.stores._buffered import BufferedStore
 from beam_agents.stores._config import FirestoreLongtermConfig
+from beam_agents.stores._firestore_rules import (
+    MAX_DOCUMENT_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_WRITES_PER_COMMIT,
+    ORDER_FIELD,
+    RECORDS_COLLECTION,
+    check_commit,
+    check_entity_key,
+    decode_document_id,
+    document_fields,
+    document_size,
+    encode_document_id,
+    entity_document_id,
+    order_range,
+    record_from_fields,
+)
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -71,116 +61,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-#: Firestore's documented limits, checked before any I/O.
-MAX_WRITES_PER_COMMIT = 500
-MAX_DOCUMENT_BYTES = 1_048_576
-MAX_REQUEST_BYTES = 10 * 1_048_576
-MAX_ID_BYTES = 1_500
-
-RECORDS_COLLECTION = "records"
-ORDER_FIELD = "key_utf8_hex"
-# Above every hex digit, so hex(p) + "g" bounds every hex string starting with hex(p).
-_HEX_CEILING = "g"
-
-# Two-character escapes; "%" always starts one, so decoding is unambiguous.
-_ESCAPES = {"%": "%%", "/": "%s"}
-_LEADING_ESCAPES = {".": "%d", "_": "%u"}
-_UNESCAPES = {"%": "%", "s": "/", "d": ".", "u": "_"}
-_ESCAPE_PATTERN = re.compile(r"[%/]")
-# Per-write overhead beyond the document itself in a CommitRequest: the full
-# resource name prefix and protobuf framing. Generous on purpose.
-_WRITE_OVERHEAD_BYTES = 256
-
-
-def encode_document_id(key: str) -> str:
-    """Map a record key to a valid Firestore document id, injectively.
-
-    ``%`` becomes ``%%`` and ``/`` becomes ``%s`` anywhere; a leading ``.``
-    becomes ``%d`` and a leading ``_`` becomes ``%u``. So the id has no ``/``,
-    cannot be ``.`` or ``..`` and cannot match ``__.*__``; at most it doubles
-    the key's size (1,024 bytes for a 512-byte key).
-    """
-    validate_key(key)
-    body = _ESCAPE_PATTERN.sub(lambda match: _ESCAPES[match.group()], key)
-    lead = _LEADING_ESCAPES.get(body[0])
-    return body if lead is None else lead + body[1:]
-
-
-def decode_document_id(document_id: str) -> str:
-    """Invert :func:`encode_document_id`; raise ValueError for an id it cannot produce."""
-    out: list[str] = []
-    chars = iter(document_id)
-    for char in chars:
-        if char != "%":
-            out.append(char)
-            continue
-        code = next(chars, "")
-        if code not in _UNESCAPES:
-            raise ValueError(f"{document_id!r} is not an encoded long-term key")
-        out.append(_UNESCAPES[code])
-    key = "".join(out)
-    if not key or encode_document_id(key) != document_id:
-        raise ValueError(f"{document_id!r} is not an encoded long-term key")
-    return key
-
-
-def entity_document_id(entity_key: bytes) -> str:
-    """Return the entity's document id: lowercase hex, or ``-`` for the empty key."""
-    return entity_key.hex() or "-"
-
-
-def _string_size(text: str) -> int:
-    return len(text.encode("utf-8")) + 1
-
-
-def _fields(record: LongtermRecord) -> dict[str, Any]:
-    return {
-        "entity_key": record.entity_key,
-        "key": record.key,
-        ORDER_FIELD: record.key.encode("utf-8").hex(),
-        "value": record.value,
-        "seq": record.seq,
-        "updated_at_ms": record.updated_at_ms,
-    }
-
-
-def document_size(collection: str, record: LongtermRecord) -> int:
-    """Return the stored size of ``record``'s document per Firestore's size rules.
-
-    Document name: each collection and document id in the path as a string
-    (UTF-8 bytes + 1) plus 16. Fields: name as a string plus the value (string
-    UTF-8 bytes + 1, bytes their length, integer 8). Document: name + fields + 32.
-    """
-    path = (
-        collection,
-        entity_document_id(record.entity_key),
-        RECORDS_COLLECTION,
-        encode_document_id(record.key),
-    )
-    name_size = sum(_string_size(part) for part in path) + 16
-    fields_size = 0
-    for name, value in _fields(record).items():
-        fields_size += _string_size(name)
-        if isinstance(value, str):
-            fields_size += _string_size(value)
-        elif isinstance(value, bytes):
-            fields_size += len(value)
-        else:
-            fields_size += 8
-    return name_size + fields_size + 32
-
-
-def _check_entity_key(entity_key: bytes) -> None:
-    size = len(entity_document_id(validate_entity_key(entity_key)))
-    if size > MAX_ID_BYTES:
-        raise StoreLimitError(
-            f"entity_key of {len(entity_key)} bytes gives a {size}-byte Firestore document "
-            f"id, over the {MAX_ID_BYTES}-byte limit; entity keys must be at most "
-            f"{MAX_ID_BYTES // 2} bytes for the Firestore store",
-            limit=MAX_ID_BYTES,
-            attempted=size,
-        )
 
 
 def _find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -215,7 +95,7 @@ class FirestoreLongtermStore(BufferedStore):
         *,
         client_factory: Callable[[], AsyncClient] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(check=self._check_limits)
         self._config = config
         self._client_factory = client_factory
         self._client: AsyncClient | None = None
@@ -290,70 +170,19 @@ class FirestoreLongtermStore(BufferedStore):
         return reference
 
     def _decode(self, entity_key: bytes, snapshot: Any) -> LongtermRecord:
-        where = snapshot.reference.path
-        data: Mapping[str, Any] | None = snapshot.to_dict()
-        if data is None:
-            raise MemoryContractError(f"{where}: document has no data")
-        stored_entity = data.get("entity_key")
-        if stored_entity != entity_key:
-            # Only a hand-edited document can get here; never hand it to the
-            # wrong tenant (invariant 7).
-            raise ScopeViolation(
-                f"{where} holds a record of another entity",
-                expected=entity_key,
-                actual=stored_entity if isinstance(stored_entity, bytes) else b"",
-            )
-        try:
-            # The key comes from its hex field: binary-exact, and the field the
-            # index orders by. The test server mangles some strings (it drops a
-            # leading U+FEFF), so the readable `key` field is not read back.
-            key = bytes.fromhex(data[ORDER_FIELD]).decode("utf-8")
-            if encode_document_id(key) != snapshot.id:
-                raise ValueError(f"field {ORDER_FIELD} names another key, {key!r}")
-            return LongtermRecord(
-                entity_key=entity_key,
-                key=key,
-                value=data["value"],
-                seq=data["seq"],
-                updated_at_ms=data["updated_at_ms"],
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MemoryContractError(f"{where} is not a long-term record: {exc!r}") from exc
+        return record_from_fields(entity_key, snapshot.id, snapshot.to_dict(),
+                                  where=snapshot.reference.path)
 
-    # -- limits ---------------------------------------------------------------
-
-    def _check_limits(self, pending: Mapping[str, LongtermRecord]) -> None:
-        if len(pending) > MAX_WRITES_PER_COMMIT:
-            raise StoreLimitError(
-                f"{len(pending)} pending upserts for one entity exceed Firestore's "
-                f"{MAX_WRITES_PER_COMMIT} writes per commit; flush in smaller activations",
-                limit=MAX_WRITES_PER_COMMIT,
-                attempted=len(pending),
-            )
-        request_size = 0
-        for key in sorted(pending):
-            size = document_size(self._config.collection, pending[key])
-            if size > MAX_DOCUMENT_BYTES:
-                raise StoreLimitError(
-                    f"long-term record {key!r} makes a {size}-byte Firestore document, over "
-                    f"the {MAX_DOCUMENT_BYTES}-byte limit; store a smaller value",
-                    limit=MAX_DOCUMENT_BYTES,
-                    attempted=size,
-                )
-            request_size += size + _WRITE_OVERHEAD_BYTES
-        if request_size > MAX_REQUEST_BYTES:
-            raise StoreLimitError(
-                f"pending upserts need a commit of about {request_size} bytes, over "
-                f"Firestore's {MAX_REQUEST_BYTES}-byte request limit",
-                limit=MAX_REQUEST_BYTES,
-                attempted=request_size,
-            )
+    def _check_limits(self, entity_key: bytes, pending: Mapping[str, LongtermRecord]) -> None:
+        """Firestore's limits for one entity's buffer, bound into it: checked at stage."""
+        check_entity_key(entity_key)
+        check_commit(self._config.collection, pending)
 
     # -- the port ---------------------------------------------------------------
 
     async def load(self, entity_key: bytes, key: str) -> LongtermRecord | None:
         """Return the committed record for ``key``, or None."""
-        _check_entity_key(entity_key)
+        check_entity_key(entity_key)
         validate_key(key)
 
         async def work(client: AsyncClient) -> LongtermRecord | None:
@@ -369,17 +198,17 @@ class FirestoreLongtermStore(BufferedStore):
         self, entity_key: bytes, prefix: str, limit: int
     ) -> tuple[LongtermRecord, ...]:
         """Return committed records with ``prefix`` in code point order, at most ``limit``."""
-        _check_entity_key(entity_key)
+        check_entity_key(entity_key)
         validate_search(prefix, limit)
         if limit == 0:
             return ()
-        low = prefix.encode("utf-8").hex()
+        low, high = order_range(prefix)
 
         async def work(client: AsyncClient) -> tuple[LongtermRecord, ...]:
             query = self._records(client, entity_key)
             if prefix:
                 query = query.where(filter=FieldFilter(ORDER_FIELD, ">=", low)).where(
-                    filter=FieldFilter(ORDER_FIELD, "<", low + _HEX_CEILING)
+                    filter=FieldFilter(ORDER_FIELD, "<", high)
                 )
             query = query.order_by(ORDER_FIELD).limit(limit)
             stream: AsyncIterator[Any] = query.stream(timeout=self._timeout_s)
@@ -391,22 +220,14 @@ class FirestoreLongtermStore(BufferedStore):
 
         return await self._call("search", work)
 
-    async def stage(
-        self, entity_key: bytes, records: Sequence[LongtermRecord]
-    ) -> tuple[str, ...]:
-        """Buffer upserts in this object until flush; limits are checked here. No I/O."""
-        self._require_open("stage")
-        _check_entity_key(entity_key)
-        return self._pending.stage(entity_key, records, check=self._check_limits)
-
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Commit the entity's buffer in one seq-guarded Firestore transaction."""
-        _check_entity_key(entity_key)
+        check_entity_key(entity_key)
         self._require_open("flush")
         batch = self._pending.snapshot(entity_key)
         if not batch:
             return FlushReceipt(entity_key=entity_key)
-        self._check_limits(batch)
+        self._check_limits(entity_key, batch)
         records = [batch[key] for key in sorted(batch)]
 
         async def work(client: AsyncClient) -> tuple[list[str], list[str]]:
@@ -429,7 +250,7 @@ class FirestoreLongtermStore(BufferedStore):
                 superseded: list[str] = []
                 for record in records:
                     if seq_guard_allows(stored.get(record.key), record):
-                        transaction.set(references[record.key], _fields(record))
+                        transaction.set(references[record.key], document_fields(record))
                         committed.append(record.key)
                     else:
                         superseded.append(record.key)

@@ -18,7 +18,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -212,13 +212,6 @@ class SqliteLongtermStore(BufferedStore):
             return tuple(_record(row) for row in rows)
 
         return await self._run("search", work)
-
-    async def stage(
-        self, entity_key: bytes, records: Sequence[LongtermRecord]
-    ) -> tuple[str, ...]:
-        """Buffer upserts in this object until flush; no I/O."""
-        self._require_open("stage")
-        return self._pending.stage(entity_key, records)
 
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Commit the entity's buffer in one seq-guarded transaction."""

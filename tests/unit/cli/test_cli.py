@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.cli import main
-from beam_agents.runtime import decode_event_json, error_to_json
+from beam_agents.runtime import AgentEvent, ErrorRecord, decode_event_json, error_to_json
 
 
 def dead_letters(path: Path) -> tuple[AgentEvent, bytes]:

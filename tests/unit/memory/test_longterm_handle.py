@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from beam_agents.errors import MemoryContractError, MemoryUnavailable
+from beam_agents.errors import MemoryContractError, MemoryUnavailable, StoreLimitError
 from beam_agents.memory._longterm import SAVE_OWNER, LongtermHandle
-from beam_agents.memory._store import LongtermRecord
+from beam_agents.memory._store import LongtermRecord, PendingUpserts
 from beam_agents.memory._writes import TaskRegistry
-from beam_agents.stores.memory import InMemoryLongtermStore
+from beam_agents.stores.in_memory import InMemoryLongtermStore
 
 T = TypeVar("T")
 E = b"user-1"
@@ -65,7 +65,8 @@ def test_staged_saves_are_visible_to_reads_before_any_flush() -> None:
     assert loaded is not None and loaded.value == b"v"
     assert [(r.key, r.value) for r in found] == [("profile", b"v")]
     assert not {"stage", "flush"} & set(store.operation_names())
-    assert store.rows() == {} and store.pending(E) == ()
+    # Staged, not written: the record waits in the store's pending buffer.
+    assert store.rows() == {} and keys_of(store.pending(E)) == ["profile"]
 
 
 # -- save ---
@@ -200,7 +201,7 @@ def test_commit_flushes_every_staged_record_in_one_transaction() -> None:
     lt.save("a", b"1")
     receipt = asyncio.run(lt.commit())
     assert receipt.committed == ("a", "b")
-    assert store.operation_names() == ("stage", "flush")
+    assert store.operation_names() == ("flush",)
     assert {k: (r.value, r.seq, r.updated_at_ms) for (_, k), r in store.rows(E).items()} == {
         "a": (b"1", SEQ, NOW), "b": (b"2", SEQ, NOW)}
 
@@ -225,14 +226,23 @@ def test_a_failed_commit_raises_memory_unavailable_and_keeps_the_store_buffer() 
     assert keys_of(store.pending(E)) == ["a"] and store.rows() == {}
 
 
-def test_a_failed_stage_fails_the_commit_naming_the_stores_reason() -> None:
-    store = InMemoryLongtermStore()
-    store.fail_next("stage", MemoryUnavailable("connection refused"))
+def test_a_save_the_store_cannot_take_is_refused_at_the_save_with_nothing_staged() -> None:
+    limit = StoreLimitError("over the backend's record limit", limit=1, attempted=2)
+
+    class LimitedStore(InMemoryLongtermStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self._pending = PendingUpserts(self._refuse)  # as a backend binds its limits
+
+        def _refuse(self, entity_key: bytes, pending: object) -> None:
+            raise limit
+
+    store = LimitedStore()
     lt = handle(store)
-    lt.save("a", b"v")
-    with pytest.raises(MemoryUnavailable, match=r"could not stage 1 record.*connection refused"):
-        asyncio.run(lt.commit())
-    assert keys_of(store.pending(E)) == [] and store.rows() == {}
+    with pytest.raises(StoreLimitError) as refused:
+        lt.save("a", b"vv")
+    assert refused.value is limit
+    assert store.pending(E) == () and lt.staged == () and store.operations == []
 
 
 def test_abandon_after_a_failed_commit_discards_the_store_buffer() -> None:
@@ -258,8 +268,8 @@ def test_abandon_before_anything_reached_the_store_does_no_io() -> None:
     store = InMemoryLongtermStore()
     lt = handle(store)
     lt.save("a", b"v")
-    assert asyncio.run(lt.abandon()) is None
-    assert store.operations == [] and lt.staged == ()
+    assert asyncio.run(lt.abandon()).discarded == ("a",)
+    assert store.operations == [] and lt.staged == () and store.pending(E) == ()
 
 
 def test_saving_or_committing_after_the_activation_ended_is_refused() -> None:
@@ -381,7 +391,7 @@ def test_abandon_cancels_a_background_save_still_running() -> None:
         lt.save_in_background("summary", never())
         return await lt.abandon()
 
-    assert asyncio.run(activation()) is None
+    assert asyncio.run(activation()).discarded == ()  # type: ignore[attr-defined]
     assert registry.running == () and store.operations == []
 
 

@@ -76,6 +76,19 @@ def test_blob_round_trips_through_an_untouched_facade() -> None:
     assert cache.dirty is False
 
 
+def test_to_bytes_is_the_deterministic_serialization_of_to_blob() -> None:
+    cache = ReplayCache(now_ms=NOW)
+    for name in ("b", "a", "c"):
+        cache.put(k(name), name.encode() * 50)
+    cache.put(k("huge"), b"z" * 200_000)
+    cache.get(k("b"))
+    data = cache.to_bytes()
+    assert data == cache.to_blob().SerializeToString(deterministic=True)
+    assert ReplayCache(data, now_ms=NOW).to_bytes() == data
+    assert ReplayCache(now_ms=NOW).to_bytes() == LlmCacheBlob(
+        state_schema_version=1).SerializeToString(deterministic=True)
+
+
 @pytest.mark.spec("C05")
 @pytest.mark.parametrize("empty", [None, b"", LlmCacheBlob()])
 def test_fresh_facade_produces_a_versioned_empty_blob(empty: LlmCacheBlob | bytes | None) -> None:

@@ -7,21 +7,23 @@ import time
 
 import pytest
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
-from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob
-from beam_agents.memory import Memory
+from beam_agents.errors import StoreLimitError
+from beam_agents.hosting import load_agent, start_runtime
+from beam_agents.memory import Memory, PendingUpserts
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import ModelConfig
 from beam_agents.model.providers import LocalModel
 from beam_agents.runtime import (
     ActivationRuntime,
     AgentConfig,
+    AgentEvent,
     Committed,
+    ErrorRecord,
     Failed,
     KeyedState,
-    start_runtime,
 )
+from beam_agents.stores import InMemoryLongtermStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,8 +35,10 @@ def event(payload: bytes = b"hello", *, key: bytes = b"user-1", event_id: str = 
 
 def runtime(agent: str, metrics: RecordingMetrics | None = None, **config: object
             ) -> ActivationRuntime:
-    return ActivationRuntime(AgentConfig(agent=f"tests.agents:{agent}", **config),  # type: ignore[arg-type]
-                             provider=LocalModel(), clock=time.monotonic, metrics=metrics)
+    reference = f"tests.agents:{agent}"
+    return ActivationRuntime(AgentConfig(agent=reference, **config),  # type: ignore[arg-type]
+                             agent=load_agent(reference), provider=LocalModel(),
+                             clock=time.monotonic, metrics=metrics)
 
 
 def test_a_committed_activation_returns_dirty_blobs_the_next_seq_and_intents() -> None:
@@ -183,3 +187,24 @@ def test_start_runtime_builds_the_configured_provider() -> None:
     config = AgentConfig(agent="tests.agents:chatty", model=ModelConfig(provider="local"))
     with start_runtime(config) as rt:
         assert isinstance(rt.activate(KeyedState(), event()), Committed)
+
+
+def test_a_save_over_the_stores_limits_fails_the_activation_at_the_flush_stage() -> None:
+    class LimitedStore(InMemoryLongtermStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self._pending = PendingUpserts(self._refuse)
+
+        def _refuse(self, entity_key: bytes, pending: object) -> None:
+            raise StoreLimitError("record over the 1 MiB document limit", limit=1, attempted=2)
+
+    store = LimitedStore()
+    rt = ActivationRuntime(AgentConfig(agent="tests.agents:remember"),
+                           agent=load_agent("tests.agents:remember"), provider=LocalModel(),
+                           clock=time.monotonic, store=store)
+    with rt:
+        outcome = rt.activate(KeyedState(), event())
+    assert isinstance(outcome, Failed)
+    assert outcome.error.stage == ErrorRecord.STAGE_LONGTERM_FLUSH
+    assert outcome.error.error_type == "beam_agents.errors.StoreLimitError"
+    assert store.rows() == {} and "flush" not in store.operation_names()

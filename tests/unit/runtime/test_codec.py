@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_agents._proto.error_record_pb2 import ErrorRecord
-from beam_agents._proto.event_pb2 import AgentEvent
-from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.errors import EventDecodeError
 from beam_agents.runtime import (
+    AgentEvent,
+    ErrorRecord,
+    Intent,
     decode_event,
     decode_event_json,
     error_from_json,

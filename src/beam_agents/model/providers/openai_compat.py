@@ -42,14 +42,23 @@ class OpenAICompatibleProvider:
     provider: an httpx client cannot move between loops, and a sync agent
     driven by ``asyncio.run`` (or one loop per worker thread) gets a fresh
     loop per call. Clients of loops that are gone are dropped with them.
+
+    ``transport`` is a test seam, the one httpx itself offers: an
+    ``httpx.MockTransport`` answers the requests in-process, with no server,
+    and the module's error mapping still applies. Every client this provider
+    builds (one per loop) shares it, and :meth:`aclose` closes it along with
+    the client. Without it each client gets its own
+    ``httpx.AsyncHTTPTransport(retries=0)``.
     """
 
     def __init__(self, *, model_id: str, base_url: str, api_key: str | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.model_id = model_id
         self._url = base_url.rstrip("/") + "/v1/chat/completions"
         self._api_key = api_key
         self._timeout_s = timeout_s
+        self._transport = transport
         self._clients = LoopClients(self._build_client, httpx.AsyncClient.aclose)
 
     @property
@@ -61,8 +70,11 @@ class OpenAICompatibleProvider:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        transport = self._transport
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(retries=0)
         return httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(retries=0),
+            transport=transport,
             timeout=httpx.Timeout(self._timeout_s),
             headers=headers,
         )

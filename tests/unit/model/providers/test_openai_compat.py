@@ -1,4 +1,8 @@
-"""OpenAI-compatible provider against a real HTTP server on 127.0.0.1 (no patched client)."""
+"""OpenAI-compatible provider against a real HTTP server on 127.0.0.1 (no patched client).
+
+The last tests go through the provider's ``transport`` seam with
+``httpx.MockTransport`` instead, the way a user tests an agent without a server.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,12 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+import httpx
 import pytest
 
 from beam_agents.errors import ProviderRejected, ProviderUnavailable
@@ -193,3 +198,52 @@ def test_build_provider_targets_the_configured_endpoint(server: FakeServer) -> N
     assert isinstance(provider, OpenAICompatibleProvider)
     assert provider.url == server.url + "/v1/chat/completions"
     assert call(provider).text == "Hello there."
+
+
+# -- the transport seam -----------------------------------------------------------------
+
+
+def mocked(handler: Callable[[httpx.Request], httpx.Response]) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(model_id="llama3", base_url="http://llm.test",
+                                    transport=httpx.MockTransport(handler))
+
+
+def test_a_200_through_a_mock_transport_is_translated() -> None:
+    response = call(mocked(lambda request: httpx.Response(200, json=COMPLETION)))
+
+    assert (response.text, response.finish_reason, response.model_id) == (
+        "Hello there.", "stop", "llama3")
+    assert response.usage == {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+
+
+def test_a_503_through_a_mock_transport_is_unavailable() -> None:
+    provider = mocked(lambda request: httpx.Response(503, text="overloaded"))
+
+    with pytest.raises(ProviderUnavailable) as info:
+        call(provider)
+
+    assert (info.value.status, info.value.model_id) == (503, "llama3")
+
+
+def test_a_400_through_a_mock_transport_is_rejected() -> None:
+    provider = mocked(lambda request: httpx.Response(400, json={"error": "bad model"}))
+
+    with pytest.raises(ProviderRejected) as info:
+        call(provider)
+
+    assert (info.value.status, info.value.model_id) == (400, "llama3")
+
+
+def test_the_body_sent_through_a_mock_transport_carries_the_model_and_messages() -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=COMPLETION)
+
+    call(mocked(answer))
+
+    assert [(r.method, str(r.url)) for r in sent] == [
+        ("POST", "http://llm.test/v1/chat/completions")]
+    assert json.loads(sent[0].content) == {
+        "model": "llama3", "messages": [{"role": "user", "content": "hi"}]}

@@ -21,7 +21,6 @@ from beam_agents.memory._store import (
     DiscardReceipt,
     FlushReceipt,
     LongtermRecord,
-    PendingUpserts,
     as_batch,
     copy_record,
     seq_guard_allows,
@@ -29,6 +28,7 @@ from beam_agents.memory._store import (
     validate_key,
     validate_search,
 )
+from beam_agents.stores._buffered import BufferedStore
 
 __all__ = ["InMemoryLongtermConfig", "InMemoryLongtermStore", "Operation"]
 
@@ -38,8 +38,8 @@ Operation = tuple[object, ...]
 _OPERATIONS = frozenset({"load", "search", "stage", "flush", "discard", "close"})
 
 
-class InMemoryLongtermStore:
-    """A dict-backed `DiscardingLongtermStore` that logs calls and fails on demand.
+class InMemoryLongtermStore(BufferedStore):
+    """A dict-backed `BufferedLongtermStore` that logs calls and fails on demand.
 
     Every call with valid arguments appends to :attr:`operations` before it
     runs, so failed calls are logged too: ``("load", entity_key, key)``, ``("search", entity_key,
@@ -58,9 +58,9 @@ class InMemoryLongtermStore:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._rows: dict[tuple[bytes, str], LongtermRecord] = {}
-        self._pending = PendingUpserts()
         self._faults: dict[str, deque[BaseException]] = {}
         self._holders = 1
         #: Every call made on this store, oldest first.
@@ -148,7 +148,7 @@ class InMemoryLongtermStore:
         """Buffer upserts; see `LongtermStore.stage`."""
         batch = as_batch(records)
         self._enter("stage", entity_key, tuple(getattr(r, "key", None) for r in batch))
-        return self._pending.stage(entity_key, batch)
+        return await super().stage(entity_key, batch)
 
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Apply the buffer under the seq guard, atomically; see `LongtermStore.flush`."""
@@ -167,18 +167,12 @@ class InMemoryLongtermStore:
                     committed.append(key)
                 else:
                     superseded.append(key)
-        self._pending.settle(entity_key, batch)
-        return FlushReceipt(
-            entity_key=entity_key,
-            committed=tuple(sorted(committed)),
-            superseded=tuple(sorted(superseded)),
-        )
+        return self._settled(entity_key, batch, committed, superseded)
 
     async def discard(self, entity_key: bytes) -> DiscardReceipt:
         """Drop the entity's pending buffer; committed rows stay."""
         self._enter("discard", entity_key)
-        validate_entity_key(entity_key)
-        return DiscardReceipt(entity_key=entity_key, discarded=self._pending.discard(entity_key))
+        return await super().discard(entity_key)
 
     async def close(self) -> None:
         """Release one holder; the last one drops the pending buffers. Idempotent."""
@@ -189,11 +183,13 @@ class InMemoryLongtermStore:
             self._holders -= 1
             last = self._holders == 0
         if last:
+            self._closed = True
             self._pending.clear()
 
     def _reopen(self) -> None:
         with self._lock:
             self._holders += 1
+            self._closed = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,7 +229,7 @@ class InMemoryLongtermConfig:
             store = self._registry.get(self.name)
             if store is None:
                 store = self._registry[self.name] = InMemoryLongtermStore()
-                store._holders = 0
+                store._holders, store._closed = 0, True
             return store
 
     def reset(self) -> None:

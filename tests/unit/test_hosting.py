@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.errors import ConfigError
-from beam_agents.runtime import add_agent_flags, agent_config_from_flags
+from beam_agents.hosting import add_agent_flags, agent_config_from_flags
 from beam_agents.stores import SqliteLongtermConfig
 
 

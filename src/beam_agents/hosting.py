@@ -1,0 +1,213 @@
+"""Wiring at the edge: flags and plain data become configs, and configs become clients.
+
+Every host (the Beam DoFn and pipeline, the native Flink job, ``beam-agents
+run``, `beam_agents.testing`) goes through this one module to turn what a
+user wrote into a running `ActivationRuntime`:
+
+* `add_agent_flags` declares the agent, model and long-term memory flags on
+  any argparse parser, so a job moves between engines with its flags unchanged;
+* `agent_config_from_flags` and `agent_config_from_mapping` are the single
+  place flag values and JSON config files become an `AgentConfig` (STYLE: only
+  entry points map options to configs, in one tested function);
+* `load_agent` resolves ``"package.module:callable"``;
+* `start_runtime` builds the provider and opens the store a config names, in
+  ``DoFn.setup()`` / Flink ``open()``.
+
+The core (`beam_agents.memory`, `beam_agents.model`, `beam_agents.runtime`)
+receives the resolved agent and the built clients and names none of the
+backends; this module is the only one that knows both sides. The library never
+reads ``argv`` or the environment: hosts pass what they parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from beam_agents.errors import ConfigError
+from beam_agents.memory import LruCompactor
+from beam_agents.metrics import MetricsSink
+from beam_agents.model import ModelConfig, ModelProvider
+from beam_agents.model.providers import build_provider
+from beam_agents.runtime import ActivationRuntime, AgentConfig
+from beam_agents.stores import longterm_config_from_mapping
+
+__all__ = [
+    "add_agent_flags",
+    "agent_config_from_flags",
+    "agent_config_from_mapping",
+    "load_agent",
+    "start_runtime",
+]
+
+#: flag, ModelConfig field, help
+_MODEL_FLAGS = (
+    ("model_id", "model_id", "Model name, e.g. gemini-2.5-flash."),
+    ("model_project", "project", "Google Cloud project for Vertex AI."),
+    ("model_location", "location", "Vertex AI region, e.g. us-central1."),
+    ("model_base_url", "base_url", "OpenAI-compatible server root."),
+    ("model_script", "script_path", "JSONL of scripted replies (local provider)."),
+)
+#: flag, long-term store config field, help
+_STORE_FLAGS = (
+    ("sqlite_path", "path", "SQLite database file (sqlite backend)."),
+    ("firestore_project", "project", "Firestore project (firestore backend)."),
+    ("firestore_database", "database", "Firestore database id."),
+    ("firestore_collection", "collection", "Root collection for records."),
+)
+_AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
+                           "max_intent_bytes", "traceback_bytes"})
+
+
+def load_agent(reference: str) -> Callable[..., Any]:
+    """Resolve ``"package.module:callable"`` to the agent callable.
+
+    Raises:
+        ConfigError: the reference is malformed, the module does not import, or
+            the attribute is missing or not callable; names `AgentConfig.agent`.
+    """
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(
+            f"AgentConfig.agent must look like 'package.module:callable', got {reference!r}",
+            field="AgentConfig.agent",
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"AgentConfig.agent {reference!r}: cannot import {module_name!r}: {exc}",
+                          field="AgentConfig.agent") from exc
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ConfigError(f"AgentConfig.agent {reference!r}: {module_name!r} has no {attr!r}",
+                              field="AgentConfig.agent")
+    if not callable(target):
+        raise ConfigError(f"AgentConfig.agent {reference!r} is not callable",
+                          field="AgentConfig.agent")
+    return target  # type: ignore[no-any-return]
+
+
+def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
+                  provider: ModelProvider | None = None) -> ActivationRuntime:
+    """Resolve the agent, build the provider and open the store `config` names.
+
+    Hosts call this once per worker instance (``DoFn.setup``, Flink ``open``)
+    and `ActivationRuntime.close` once at the end (``teardown``/``close``).
+    Building connects nothing: clients connect lazily on first use.
+
+    Args:
+        config: What to run.
+        metrics: Where the core's counters go.
+        provider: A provider to use instead of the one ``config.model`` names,
+            e.g. a scripted one in a test; the runtime still closes it.
+    """
+    agent = load_agent(config.agent)
+    model = provider if provider is not None else build_provider(config.model)
+    store = config.longterm_memory.open() if config.longterm_memory is not None else None
+    return ActivationRuntime(config, agent=agent, provider=model, store=store,
+                             clock=time.monotonic, metrics=metrics)
+
+
+def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
+    """Build an `AgentConfig` from plain data (a JSON config file).
+
+    ``model`` is a mapping of `ModelConfig` fields; ``longterm_memory`` a
+    mapping with ``backend`` (``"sqlite"`` or ``"firestore"``) and that
+    backend's fields; ``compactor`` is ``{"target_fraction": f}`` or null.
+
+    Raises:
+        ConfigError: an unknown key (named) or a value out of range.
+    """
+    unknown = sorted(set(data) - _AGENT_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown AgentConfig field(s): {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(_AGENT_FIELDS))}", field=unknown[0])
+    kwargs: dict[str, Any] = dict(data)
+    if isinstance(kwargs.get("model"), Mapping):
+        kwargs["model"] = ModelConfig.from_mapping(kwargs["model"])
+    if isinstance(kwargs.get("compactor"), Mapping):
+        kwargs["compactor"] = LruCompactor(**kwargs["compactor"])
+    if isinstance(kwargs.get("longterm_memory"), Mapping):
+        kwargs["longterm_memory"] = longterm_config_from_mapping(kwargs["longterm_memory"])
+    return AgentConfig(**kwargs)
+
+
+def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
+    """Declare the agent, model and long-term memory flags on `parser`.
+
+    `parser` is an `argparse.ArgumentParser` or anything with its
+    ``add_argument_group`` (Beam hands its own parser subclass to
+    ``PipelineOptions._add_argparse_args``).
+    """
+    agent = parser.add_argument_group("agent")
+    agent.add_argument("--agent", help="The agent callable, 'package.module:callable'.")
+    agent.add_argument("--agent_config", help="JSON file with AgentConfig fields; flags "
+                       "given explicitly override it.")
+    agent.add_argument("--activation_timeout_ms", type=int, help="Per-activation timeout.")
+    model = parser.add_argument_group("model")
+    model.add_argument("--model_provider", choices=("local", "gemini", "openai"),
+                       help="Model provider (default local).")
+    for flag, _, text in _MODEL_FLAGS:
+        model.add_argument(f"--{flag}", help=text)
+    store = parser.add_argument_group("long-term memory")
+    store.add_argument("--longterm_store", choices=("none", "sqlite", "firestore"),
+                       help="Long-term memory backend (default none).")
+    for flag, _, text in _STORE_FLAGS:
+        store.add_argument(f"--{flag}", help=text)
+
+
+def _read_local(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def agent_config_from_flags(values: Mapping[str, Any], *,
+                            read_text: Callable[[str], str] = _read_local) -> AgentConfig:
+    """Map flag values (and an optional ``--agent_config`` file) onto `AgentConfig`.
+
+    Args:
+        values: Flag name -> value, as parsed; absent and None mean "not given".
+        read_text: Reads the ``--agent_config`` file; Beam passes one that
+            understands ``gs://`` paths.
+
+    Raises:
+        ConfigError: a value is missing, unknown or out of range; names the field.
+    """
+    def given(name: str) -> Any:
+        return values.get(name)
+
+    data: dict[str, Any] = {}
+    if given("agent_config"):
+        try:
+            data = json.loads(read_text(given("agent_config")))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--agent_config {given('agent_config')}: cannot read a JSON "
+                              f"object: {exc}", field="agent_config") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"--agent_config {given('agent_config')} must hold a JSON object",
+                              field="agent_config")
+    if given("agent"):
+        data["agent"] = given("agent")
+    if "agent" not in data:
+        raise ConfigError("set --agent (or 'agent' in --agent_config)", field="agent")
+    if given("activation_timeout_ms") is not None:
+        data["timeout_ms"] = given("activation_timeout_ms")
+    model = dict(data.get("model") or {})
+    if given("model_provider") is not None:
+        model["provider"] = given("model_provider")
+    model.update({key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None})
+    data["model"] = model
+    backend = given("longterm_store")
+    if backend == "none":
+        data["longterm_memory"] = None
+    elif backend is not None:
+        store: dict[str, Any] = {"backend": backend}
+        store.update({key: given(flag) for flag, key, _ in _STORE_FLAGS
+                      if given(flag) is not None})
+        data["longterm_memory"] = store
+    return agent_config_from_mapping(data)

@@ -1,0 +1,102 @@
+"""What every host does around the core, written once: decode the input, apply the outcome.
+
+A host (the Beam DoFn, the Flink function) binds an entity's three keyed-state
+cells, hands them here with the event, and routes the lines that come back to
+its intents and errors outputs. Only the binding is engine-specific, so the
+engines cannot drift apart in what they commit (invariants 1 and 8) or count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from beam_agents._proto.error_record_pb2 import ErrorRecord
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.metrics import MetricsSink
+from beam_agents.runtime._activation import NAMESPACE, ActivationRuntime, Committed, KeyedState
+from beam_agents.runtime._codec import error_to_json, intent_to_json
+from beam_agents.runtime._errors import decode_input
+
+__all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells", "activate_keyed"]
+
+#: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
+#: bytes, and the last committed seq (DESIGN's activation protocol).
+CELLS = ("memory", "llm_cache", "seq")
+
+#: Where a line goes: the intents output or the errors (dead-letter) output.
+Channel = Literal["intents", "errors"]
+
+
+class StateCell(Protocol):
+    """One keyed-state value as a host exposes it; reads None when unset."""
+
+    def read(self) -> Any:
+        """Return the stored value, or None."""
+        ...
+
+    def write(self, value: Any) -> None:
+        """Replace the stored value."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StateCells:
+    """An entity's three cells, bound by the host for the key in scope."""
+
+    memory: StateCell
+    llm_cache: StateCell
+    seq: StateCell
+
+    def read(self) -> KeyedState:
+        """The entity's state as the core takes it."""
+        return KeyedState(memory=_as_bytes(self.memory.read()),
+                          llm_cache=_as_bytes(self.llm_cache.read()),
+                          seq=self.seq.read() or 0)
+
+
+def activate_keyed(runtime: ActivationRuntime, cells: StateCells,
+                   event: bytes) -> Iterator[tuple[Channel, bytes]]:
+    """Run one activation on an entity's cells, apply its outcome, and yield the output lines.
+
+    A committed outcome writes the dirty blobs and the new seq, then yields its
+    intents; a failed one writes nothing, so a corrupt blob is never
+    overwritten, and yields its error record (invariants 1 and 8).
+    """
+    outcome = runtime.activate(cells.read(), AgentEvent.FromString(event))
+    if not isinstance(outcome, Committed):
+        yield "errors", error_to_json(outcome.error)
+        return
+    if outcome.memory is not None:
+        cells.memory.write(outcome.memory)
+    if outcome.llm_cache is not None:
+        cells.llm_cache.write(outcome.llm_cache)
+    cells.seq.write(outcome.seq)
+    for intent in outcome.intents:
+        yield "intents", intent_to_json(intent)
+
+
+class InputDecoder:
+    """The first step of every host: input bytes -> an event, or a DECODE dead letter.
+
+    Counts ``beam_agents.runtime:events`` per element and ``errors_decode`` per
+    undecodable one, so every engine reports the same counters.
+    """
+
+    def __init__(self, input_format: str, metrics: MetricsSink) -> None:
+        self._format = input_format
+        self._metrics = metrics
+
+    def __call__(self, data: bytes) -> AgentEvent | ErrorRecord:
+        """Decode one element (see `decode_input`)."""
+        self._metrics.inc(NAMESPACE, "events")
+        decoded = decode_input(data, self._format)
+        if isinstance(decoded, ErrorRecord):
+            self._metrics.inc(NAMESPACE, "errors_decode")
+        return decoded
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    # Flink hands byte-array state back as a bytearray.
+    return None if value is None else bytes(value)
