@@ -43,7 +43,9 @@ protos: $(VENV)/.installed
 	$(VENV)/bin/python tools/gen_protos.py
 
 # The main job: the example support agent over examples/events.jsonl on the
-# DirectRunner with the local model; intents and dead letters land in out/.
+# DirectRunner with the local model, which takes 100 ms a call and answers 503
+# to four calls (a transient outage the engine rides out); intents and dead
+# letters land in out/.
 demo: $(VENV)/.installed
 	rm -rf out
 	$(VENV)/bin/python -m beam_agents run \
@@ -51,6 +53,7 @@ demo: $(VENV)/.installed
 	    --output_path out/intents.jsonl \
 	    --errors_path out/errors.jsonl \
 	    --agent examples.support_agent:agent \
+	    --model_latency_ms 100 --model_outage 40:4 \
 	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"

@@ -12,11 +12,13 @@ The benchmarks (see each module's docstring for what it measures and why):
 
 * B1 `benchmarks.b1_activation`: one activation's state work against a raw
   protobuf parse and serialize of the same bytes.
-* B2 `benchmarks.b2_pipeline`: `AgentDoFn` against a bare stateful DoFn on the
-  DirectRunner.
+* B2 `benchmarks.b2_pipeline`: the library's batch path (``GroupByKey`` then
+  `AgentBatchDoFn`) against a bare stateful DoFn on the DirectRunner.
 * B3 `benchmarks.b3_scaling`: activation cost against blob size and cache entries.
 * B4 `benchmarks.b4_soak`: per-key state under 100,000 events that grow memory
   without limit.
 * B5 `benchmarks.b5_cache_key`: the replay-cache key against a naive hash.
-* B6 `benchmarks.b6_latency`: throughput when the model takes 200 ms to answer.
+* B6 `benchmarks.b6_latency`: throughput when the model takes 200 ms to answer,
+  64 keys in flight, on the Beam batch and streaming paths and on Flink,
+  against one activation at a time.
 """

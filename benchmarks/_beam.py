@@ -1,40 +1,132 @@
-"""The one Beam pipeline shape the benchmarks run: ``Create -> ParDo(dofn) -> Count``.
+"""The Beam pipeline shapes the benchmarks run, each on the DirectRunner in this process.
 
-Beam's Python API is untyped, so this module is the only benchmark code that
-calls it directly (and the only one that relaxes mypy for it).
+* `run_bare`: ``Create -> ParDo(dofn) -> Count``, for a hand-written stateful
+  DoFn that handles one element at a time (B2's baseline);
+* `run_batch`: ``Create -> GroupByKey -> ParDo(AgentBatchDoFn(config)) -> Count``,
+  the library's batch path (what `beam_agents.beam.build_pipeline` runs over
+  files, without the file source and sinks);
+* `run_streaming`: ``TestStream -> ParDo(AgentDoFn(config)) -> tally`` on the
+  streaming DirectRunner, the library's streaming path. The stream first
+  advances processing time a day past the wall clock: the runner's test
+  clock starts at epoch 0 and the engine schedules its poll timers from the
+  wall clock, so from then on every timer the engine sets is due when the
+  runner next looks (tests/beam/test_streaming.py drives it the same way).
+
+Every shape counts the lines that reach its end in this process and checks
+that each event produced one, so a benchmark cannot time a pipeline that
+silently did less work. Beam's Python API is untyped, so this module is the
+only benchmark code that calls it directly (and the only one that relaxes
+mypy for it).
 """
 
 # mypy: disable-error-code="no-untyped-call,attr-defined"
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms.window import TimestampedValue
 
-from beam_agents.beam import ERRORS
+from beam_agents.beam import ERRORS, AgentBatchDoFn, AgentDoFn
+from beam_agents.runtime import AgentConfig
 
-__all__ = ["run_pipeline"]
+__all__ = ["run_bare", "run_batch", "run_streaming"]
+
+_KEYED = beam.typehints.Tuple[bytes, bytes]
+_BATCH_FLAGS = ["--runner=DirectRunner", "--direct_num_workers=1",
+                "--direct_running_mode=in_memory"]
+
+#: Lines that reached the end of the pipeline running now; the runner works in
+#: this process, and the DoFns reach these by module reference.
+_SEEN = [0]
+_SEEN_LOCK = threading.Lock()
 
 
-def run_pipeline(dofn: Any, elements: list[tuple[bytes, bytes]]) -> float:
-    """Wall seconds to run ``Create -> ParDo(dofn) -> Count`` on the DirectRunner.
+def _tally(count: int) -> None:
+    with _SEEN_LOCK:
+        _SEEN[0] += count
+
+
+def _run(pipeline: Any, expected: int) -> float:
+    """Wall seconds to run `pipeline`; fails unless `expected` lines reached its end."""
+    _SEEN[0] = 0
+    start = time.perf_counter()
+    pipeline.run().wait_until_finish()
+    seconds = time.perf_counter() - start
+    if _SEEN[0] != expected:
+        raise RuntimeError(f"the pipeline emitted {_SEEN[0]} lines for {expected} events")
+    return seconds
+
+
+def _tally_one(_: bytes) -> None:
+    _tally(1)
+
+
+def _count(lines: Any) -> None:
+    _ = (lines
+         | "Count" >> beam.combiners.Count.Globally()
+         | "Tally" >> beam.Map(_tally))
+
+
+def run_bare(dofn_type: type[Any], elements: list[tuple[bytes, bytes]]) -> float:
+    """Wall seconds of ``Create -> ParDo(dofn_type()) -> Count``: one element per call.
 
     One worker, in memory: the per-worker figure the benchmarks report. The
     key type hint gives the stateful DoFn a deterministic key coder, as the
     library's own pipeline does.
     """
-    options = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=1",
-                               "--direct_running_mode=in_memory"])
+    pipeline = beam.Pipeline(options=PipelineOptions(_BATCH_FLAGS))
+    lines = (pipeline
+             | "Create" >> beam.Create(elements).with_output_types(_KEYED)
+             | "Activate" >> beam.ParDo(dofn_type()).with_input_types(_KEYED))
+    _count(lines)
+    return _run(pipeline, len(elements))
+
+
+def run_batch(config: AgentConfig, elements: list[tuple[bytes, bytes]]) -> float:
+    """Wall seconds of the batch path: ``Create -> GroupByKey -> AgentBatchDoFn -> Count``.
+
+    The DoFn gets each key with all its events and runs up to
+    ``config.max_in_flight`` keys at once, one activation per key at a time.
+    """
+    pipeline = beam.Pipeline(options=PipelineOptions(_BATCH_FLAGS))
+    outputs = (pipeline
+               | "Create" >> beam.Create(elements).with_output_types(_KEYED)
+               | "GroupByEntity" >> beam.GroupByKey().with_input_types(_KEYED)
+               | "Activate" >> beam.ParDo(AgentBatchDoFn(config)).with_outputs(
+                   ERRORS, main="intents"))
+    _count(outputs.intents)
+    return _run(pipeline, len(elements))
+
+
+def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
+                  step: int) -> float:
+    """Wall seconds of the streaming path: ``TestStream -> AgentDoFn`` on the streaming runner.
+
+    The events arrive `step` at a time, in input order, each group followed by
+    a processing-time advance and a watermark advance; the watermark then
+    goes to infinity, which drains whatever is still queued. Lines are
+    tallied by a plain Map: a GroupByKey after `AgentDoFn` could close before
+    the DoFn's last timers fire on this runner (see `AgentDoFn`).
+    """
+    stream = TestStream().advance_processing_time(int(time.time()) + 86_400)
+    for index, start in enumerate(range(0, len(elements), step), start=1):
+        batch = elements[start:start + step]
+        stream = (stream
+                  .add_elements([TimestampedValue(element, index) for element in batch])
+                  .advance_processing_time(1)
+                  .advance_watermark_to(index))
+    options = PipelineOptions(["--runner=DirectRunner"])
+    options.view_as(StandardOptions).streaming = True
     pipeline = beam.Pipeline(options=options)
     outputs = (pipeline
-               | "Create" >> beam.Create(elements).with_output_types(
-                   beam.typehints.Tuple[bytes, bytes])
-               | "Activate" >> beam.ParDo(dofn).with_input_types(
-                   beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="out"))
-    _ = outputs.out | "Count" >> beam.combiners.Count.Globally()
-    start = time.perf_counter()
-    pipeline.run().wait_until_finish()
-    return time.perf_counter() - start
+               | "Events" >> stream.advance_watermark_to_infinity()
+               | "Activate" >> beam.ParDo(AgentDoFn(config)).with_input_types(_KEYED)
+               .with_outputs(ERRORS, main="intents"))
+    _ = outputs.intents | "Tally" >> beam.Map(_tally_one)
+    return _run(pipeline, len(elements))

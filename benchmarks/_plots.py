@@ -37,7 +37,8 @@ def _bars(ax: Axes, labels: list[str], stats: list[Mapping[str, float]], unit: s
         ax.annotate(f"{value:,.0f}" if value >= 100 else f"{value:.2f}", (index, top),
                     ha="center", va="bottom", fontsize=8, xytext=(0, 3),
                     textcoords="offset points")
-    ax.set_ylim(0, max(s["max"] for s in stats) * 1.15)
+    top = max(s["max"] for s in stats)
+    ax.set_ylim(min(0.0, *(s["min"] for s in stats)), top * 1.15 if top > 0 else 1.0)
 
 
 def _b1(result: Mapping[str, Any], ax: Axes) -> None:
@@ -54,7 +55,7 @@ def _b1(result: Mapping[str, Any], ax: Axes) -> None:
 
 
 def _b2(result: Mapping[str, Any], ax: Axes) -> None:
-    _bars(ax, ["bare DoFn", "AgentDoFn\n(sync agent)", "AgentDoFn\n(async agent)"],
+    _bars(ax, ["bare DoFn", "batch path\n(sync agent)", "batch path\n(async agent)"],
           [result["bare_events_per_s"], result["agent_events_per_s"],
            result["agent_async_events_per_s"]],
           "events/s (marginal)", ["#888888", "#1f77b4", "#6baed6"])
@@ -108,15 +109,27 @@ def _b5(result: Mapping[str, Any], ax: Axes) -> None:
     ax.set_title(f"B5 cache keys: {result['ratio']:.2f}x the naive time per key")
 
 
-def _b6(result: Mapping[str, Any], ax: Axes) -> None:
-    _bars(ax, ["pipeline\n(1 worker)", "serial\n(1 at a time)", "core, 10 keys\noverlapped"],
-          [result["pipeline_events_per_s"], result["serial_events_per_s"],
-           result["overlapped_core_events_per_s"]],
-          "events/s", ["#1f77b4", "#888888", "#6baed6"])
-    ax.axhline(1000 / result["latency_ms"], color="#d62728", ls="--",
-               label=f"1 / latency = {1000 / result['latency_ms']:.0f}/s")
-    ax.legend(fontsize=8)
-    ax.set_title(f"B6 {result['latency_ms']} ms model: pipeline {result['ratio']:.2f}x serial")
+def _b6(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
+    paths = [(name, result[name]) for name in ("batch", "streaming", "flink")
+             if isinstance(result.get(name), Mapping)]
+    labels = [f"{name}\n{path['ratio_to_serial']['median']:.1f}x serial" for name, path in paths]
+    colors = ["#1f77b4", "#6baed6", "#ff7f0e"][:len(paths)]
+    serial = result["serial_events_per_s"]
+    _bars(axes[0], ["serial\n(1 at a time)", *labels],
+          [serial, *(path["events_per_s"] for _, path in paths)], "events/s",
+          ["#888888", *colors])
+    ideal = result["ideal_ratio"] * serial["median"]
+    axes[0].axhline(ideal, color="#2ca02c", ls="--",
+                    label=f"ideal {result['ideal_ratio']:.0f}x serial = {ideal:.0f}/s")
+    axes[0].axhline(result["target"] * serial["median"], color="#d62728", ls=":",
+                    label=f"target {result['target']}x serial")
+    axes[0].set_ylim(0, max(ideal, *(p["events_per_s"]["max"] for _, p in paths)) * 1.2)
+    axes[0].legend(fontsize=8, loc="upper left")
+    axes[0].set_title(f"B6 {result['latency_ms']} ms model, {result['keys']} keys: throughput")
+    _bars(axes[1], ["serial", *(name for name, _ in paths)],
+          [result["serial_cpu_ms_per_event"], *(path["cpu_ms_per_event"] for _, path in paths)],
+          "ms CPU per activation", ["#888888", *colors])
+    axes[1].set_title("B6 CPU per activation (Flink: JVM and Python workers)")
 
 
 def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
@@ -125,12 +138,12 @@ def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
     for name, filename in FIGURES.items():
         if name not in results:
             continue
-        if name == "B3":
+        if name in {"B3", "B6"}:
             fig, pair = plt.subplots(1, 2, figsize=(11, 4.2))
-            _b3(results[name], (pair[0], pair[1]))
+            (_b3 if name == "B3" else _b6)(results[name], (pair[0], pair[1]))
         else:
             fig, ax = plt.subplots(figsize=(8, 4.2))
-            {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B6": _b6}[name](results[name], ax)
+            {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5}[name](results[name], ax)
         fig.tight_layout()
         path = out / filename
         fig.savefig(path, dpi=110)

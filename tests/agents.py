@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import zlib
 
 from beam_agents.runtime import AgentContext
 
@@ -106,3 +109,60 @@ def journal(ctx: AgentContext) -> None:
     longterm.save("profile", json.dumps({"last": note, "n": count}, sort_keys=True).encode())
     longterm.save(f"note/{count:04d}", note.encode())
     ctx.emit("journaled", {"n": count, "note": note})
+
+
+#: (entity_key, seq, event_id, start_s, end_s) of every `timed` activation, in end order.
+TIMED: list[tuple[bytes, int, str, float, float]] = []
+
+
+async def timed(ctx: AgentContext) -> None:
+    """Sleeps a latency derived from the event and records when it ran (engine order tests)."""
+    start = time.monotonic()
+    await asyncio.sleep((zlib.crc32(ctx.event.event_id.encode() + ctx.entity_key) % 20) / 1000)
+    TIMED.append((ctx.entity_key, ctx.seq, ctx.event.event_id, start, time.monotonic()))
+    ctx.emit("ran", {"seq": ctx.seq, "event": ctx.event.event_id, "t": ctx.now_ms})
+
+
+async def ask(ctx: AgentContext) -> None:
+    """Asks the model about the event and emits the answer (suspension tests)."""
+    who, text = ctx.entity_key.decode(), ctx.payload.decode()
+    reply = await ctx.model.acomplete([{"role": "user", "content": f"{who}: {text}"}])
+    ctx.emit("answer", {"seq": ctx.seq, "text": reply.text})
+
+
+async def two_calls(ctx: AgentContext) -> None:
+    """Two model calls per activation (a retry after the second must replay the first)."""
+    text = ctx.payload.decode()
+    first = await ctx.model.acomplete([{"role": "user", "content": f"first {text}"}])
+    second = await ctx.model.acomplete([{"role": "user", "content": f"second {text}"}])
+    ctx.emit("answers", [first.text, second.text])
+
+
+#: Entities whose `paced_journal` agent is running in this process (read by the Flink faults).
+RUNNING: set[bytes] = set()
+
+
+async def paced_journal(ctx: AgentContext) -> None:
+    """`journal`, after asking the model about the note, so activations overlap for its latency.
+
+    Keeps `RUNNING` current, so a fault injected in the same worker can tell
+    which other entities have an activation in flight.
+    """
+    RUNNING.add(ctx.entity_key)
+    try:
+        note = ctx.payload.decode()
+        reply = await ctx.model.acomplete([{"role": "user", "content": note}])
+        count = int(ctx.memory.get("n") or b"0") + 1
+        ctx.memory.set("n", str(count).encode())
+        longterm = ctx.memory.longterm
+        longterm.save("profile", json.dumps({"last": note, "n": count}, sort_keys=True).encode())
+        longterm.save(f"note/{count:04d}", note.encode())
+        ctx.emit("journaled", {"n": count, "note": note, "reply": reply.text})
+    finally:
+        RUNNING.discard(ctx.entity_key)
+
+
+async def ask_size(ctx: AgentContext) -> None:
+    """Asks the model once and emits only the answer's length (large-response tests)."""
+    reply = await ctx.model.acomplete([{"role": "user", "content": ctx.payload.decode()}])
+    ctx.emit("size", {"chars": len(reply.text)})

@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -29,8 +30,11 @@ __all__ = ["main", "redrive_lines"]
 SUMMARY_COUNTERS = (
     ("events read", "beam_agents.runtime", "events"),
     ("activations committed", "beam_agents.runtime", "committed"),
-    ("model calls", "beam_agents.model", "provider_calls"),
-    ("replay-cache hits", "beam_agents.model", "cache_hits"),
+    ("model calls failed", "beam_agents.model", "provider_errors"),
+    ("model calls replayed", "beam_agents.model", "cache_hits"),
+    ("suspensions", "beam_agents.runtime", "suspended"),
+    ("retries", "beam_agents.runtime", "retries"),
+    ("retries exhausted", "beam_agents.runtime", "retries_exhausted"),
     ("soft-cap warnings", "beam_agents.memory", "soft_cap_warnings"),
 )
 
@@ -117,27 +121,52 @@ def _run(argv: list[str]) -> int:
     library.addHandler(handler)
     library.propagate = False
     print("running the agent pipeline ...", file=sys.stderr)
+    started = time.monotonic()
     result = run(argv, progress_every=100)
+    elapsed_s = time.monotonic() - started
     print(file=sys.stderr)
-    _summarize(result)
+    _summarize(result, elapsed_s)
     return 0
 
 
-def _summarize(result: object) -> None:
+def _summarize(result: object, elapsed_s: float) -> None:
     from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
 
     counters: Counter[tuple[str, str]] = Counter()
-    for item in result.metrics().query(MetricsFilter())["counters"]:  # type: ignore[attr-defined]
+    peaks: dict[tuple[str, str], int] = {}
+    found = result.metrics().query(MetricsFilter())  # type: ignore[attr-defined]
+    for item in found["counters"]:
         counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
+    for item in found["distributions"]:
+        key = (item.key.metric.namespace, item.key.metric.name)
+        if item.committed is not None:
+            peaks[key] = max(peaks.get(key, 0), item.committed.max)
+    events = counters[("beam_agents.runtime", "events")]
+    paid = counters[("beam_agents.model", "provider_calls")] - counters[
+        ("beam_agents.model", "provider_errors")]
     print("summary")
-    for label, namespace, name in SUMMARY_COUNTERS:
-        print(f"  {label:<24}{counters[(namespace, name)]:>8}")
+    for label, namespace, name in SUMMARY_COUNTERS[:2]:
+        print(f"  {label:<28}{counters[(namespace, name)]:>8}")
+    print(f"  {'model calls paid':<28}{paid:>8}")
+    for label, namespace, name in SUMMARY_COUNTERS[2:]:
+        print(f"  {label:<28}{counters[(namespace, name)]:>8}")
+    print(f"  {'peak activations in flight':<28}"
+          f"{peaks.get(('beam_agents.runtime', 'in_flight_peak'), 0):>8}")
+    print(f"  {'events/s':<28}{events / max(elapsed_s, 1e-9):>8.1f}   ({elapsed_s:.1f} s in all)")
     errors = sorted((name.removeprefix("errors_"), count) for (namespace, name), count
                     in counters.items() if namespace == "beam_agents.runtime"
                     and name.startswith("errors_"))
-    print(f"  {'errors by stage':<24}{sum(c for _, c in errors):>8}")
+    print(f"  {'errors by stage':<28}{sum(c for _, c in errors):>8}")
     for stage, count in sorted(errors):
-        print(f"    {stage:<22}{count:>8}")
+        print(f"    {stage:<26}{count:>8}")
+    suspended = counters[("beam_agents.runtime", "suspended")]
+    exhausted = counters[("beam_agents.runtime", "retries_exhausted")]
+    if suspended and not exhausted:
+        print(f"  the provider failed transiently {suspended} time(s); every suspended "
+              "activation was retried and committed: no event was dead-lettered for the outage")
+    elif exhausted:
+        print(f"  {exhausted} event(s) were dead-lettered after their last retry "
+              "(retriable: true); redrive them once the provider is back")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

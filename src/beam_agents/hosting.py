@@ -22,6 +22,7 @@ reads ``argv`` or the environment: hosts pass what they parsed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import time
@@ -34,7 +35,7 @@ from beam_agents.memory import LruCompactor
 from beam_agents.metrics import MetricsSink
 from beam_agents.model import ModelConfig, ModelProvider
 from beam_agents.model.providers import build_provider
-from beam_agents.runtime import ActivationRuntime, AgentConfig
+from beam_agents.runtime import ActivationRuntime, AgentConfig, RetryPolicy
 from beam_agents.stores import longterm_config_from_mapping
 
 __all__ = [
@@ -60,8 +61,23 @@ _STORE_FLAGS = (
     ("firestore_database", "database", "Firestore database id."),
     ("firestore_collection", "collection", "Root collection for records."),
 )
+#: flag, AgentConfig field, help: how many activations run at once
+_ENGINE_FLAGS = (
+    ("max_in_flight", "max_in_flight", "Activations of different keys a worker runs at once "
+     "(default 64); a key never runs two."),
+    ("agent_threads", "agent_threads", "Threads for sync agents (default 64)."),
+)
+#: flag, RetryPolicy field, help: what happens while a provider or store is down
+_RETRY_FLAGS = (
+    ("retry_initial_ms", "retry_initial_ms", "Wait before the first retry of a suspended "
+     "activation, in ms (default 1000)."),
+    ("retry_max_ms", "retry_max_ms", "Longest wait between retries, in ms (default 60000)."),
+    ("max_attempts", "max_attempts", "Attempts before a retriable failure becomes a dead "
+     "letter, the first included (default 8)."),
+)
 _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
-                           "max_intent_bytes", "traceback_bytes"})
+                           "max_intent_bytes", "traceback_bytes", "max_in_flight",
+                           "agent_threads", "retry"})
 
 
 def load_agent(reference: str) -> Callable[..., Any]:
@@ -119,7 +135,8 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
 
     ``model`` is a mapping of `ModelConfig` fields; ``longterm_memory`` a
     mapping with ``backend`` (``"sqlite"`` or ``"firestore"``) and that
-    backend's fields; ``compactor`` is ``{"target_fraction": f}`` or null.
+    backend's fields; ``compactor`` is ``{"target_fraction": f}`` or null;
+    ``retry`` a mapping of `RetryPolicy` fields.
 
     Raises:
         ConfigError: an unknown key (named) or a value out of range.
@@ -135,6 +152,13 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
         kwargs["compactor"] = LruCompactor(**kwargs["compactor"])
     if isinstance(kwargs.get("longterm_memory"), Mapping):
         kwargs["longterm_memory"] = longterm_config_from_mapping(kwargs["longterm_memory"])
+    if isinstance(kwargs.get("retry"), Mapping):
+        retry = dict(kwargs["retry"])
+        known = {f.name for f in dataclasses.fields(RetryPolicy)}
+        if unknown := sorted(set(retry) - known):
+            raise ConfigError(f"unknown retry field(s): {', '.join(unknown)}; known: "
+                              f"{', '.join(sorted(known))}", field=f"retry.{unknown[0]}")
+        kwargs["retry"] = RetryPolicy(**retry)
     return AgentConfig(**kwargs)
 
 
@@ -150,11 +174,19 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
     agent.add_argument("--agent_config", help="JSON file with AgentConfig fields; flags "
                        "given explicitly override it.")
     agent.add_argument("--activation_timeout_ms", type=int, help="Per-activation timeout.")
+    engine = parser.add_argument_group("concurrency and retries")
+    for flag, _, text in (*_ENGINE_FLAGS, *_RETRY_FLAGS):
+        engine.add_argument(f"--{flag}", type=int, help=text)
     model = parser.add_argument_group("model")
     model.add_argument("--model_provider", choices=("local", "gemini", "openai"),
                        help="Model provider (default local).")
     for flag, _, text in _MODEL_FLAGS:
         model.add_argument(f"--{flag}", help=text)
+    model.add_argument("--model_latency_ms", type=int,
+                       help="Simulated latency of each local-provider call, in ms.")
+    model.add_argument("--model_outage", metavar="FIRST:COUNT",
+                       help="Simulated transient outage of the local provider: its calls "
+                       "FIRST..FIRST+COUNT-1 (from 1, per worker) answer 503.")
     store = parser.add_argument_group("long-term memory")
     store.add_argument("--longterm_store", choices=("none", "sqlite", "firestore"),
                        help="Long-term memory backend (default none).")
@@ -164,6 +196,14 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
 
 def _read_local(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
+
+
+def _outage(text: str) -> tuple[int, int]:
+    first, sep, count = str(text).partition(":")
+    if sep and first.isdigit() and count.isdigit() and int(first) >= 1:
+        return int(first), int(count)
+    raise ConfigError(f"--model_outage must be FIRST:COUNT with FIRST >= 1, e.g. 40:4, got "
+                      f"{text!r}", field="model_outage")
 
 
 def agent_config_from_flags(values: Mapping[str, Any], *,
@@ -197,10 +237,19 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
         raise ConfigError("set --agent (or 'agent' in --agent_config)", field="agent")
     if given("activation_timeout_ms") is not None:
         data["timeout_ms"] = given("activation_timeout_ms")
+    data.update({key: given(flag) for flag, key, _ in _ENGINE_FLAGS if given(flag) is not None})
+    retry = dict(data.get("retry") or {})
+    retry.update({key: given(flag) for flag, key, _ in _RETRY_FLAGS if given(flag) is not None})
+    if retry:
+        data["retry"] = retry
     model = dict(data.get("model") or {})
     if given("model_provider") is not None:
         model["provider"] = given("model_provider")
     model.update({key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None})
+    if given("model_latency_ms") is not None:
+        model["latency_ms"] = given("model_latency_ms")
+    if given("model_outage") is not None:
+        model["outage_first_call"], model["outage_calls"] = _outage(given("model_outage"))
     data["model"] = model
     backend = given("longterm_store")
     if backend == "none":

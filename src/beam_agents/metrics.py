@@ -1,9 +1,11 @@
 """The metrics port: how the pure core counts things without importing a runner.
 
 The core increments counters by (namespace, name), the same pairs the
-specification names (``beam_agents.memory:soft_cap_warnings``). The Beam
-adapter binds them to ``apache_beam.metrics.Metrics``, the Flink adapter to
-the operator's metric group; tests use `RecordingMetrics`.
+specification names (``beam_agents.memory:soft_cap_warnings``), and reports
+high-water marks (``beam_agents.runtime:in_flight_peak``) the same way. The
+Beam adapter binds them to ``apache_beam.metrics.Metrics`` (a peak becomes a
+distribution, whose max is the peak), the Flink adapter to the operator's
+metric group; tests use `RecordingMetrics`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ __all__ = ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"]
 
 @runtime_checkable
 class MetricsSink(Protocol):
-    """Receives counter increments; must be cheap, thread-safe and never raise."""
+    """Receives counter increments and peaks; must be cheap, thread-safe and never raise."""
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
-        """Add `value` to the counter `namespace:name`."""
+        """Add `value` (which may be negative) to the counter `namespace:name`."""
+
+    def peak(self, namespace: str, name: str, value: int) -> None:
+        """Record that `namespace:name` reached `value`; the sink keeps the largest."""
 
 
 class NoopMetrics:
@@ -29,16 +34,25 @@ class NoopMetrics:
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Do nothing."""
 
+    def peak(self, namespace: str, name: str, value: int) -> None:
+        """Do nothing."""
+
 
 class RecordingMetrics:
     """Keeps every counter in memory, for tests and for the demo's summary."""
 
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
+        self.peaks: dict[str, int] = {}
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Add `value` to ``counters["namespace:name"]``."""
         self.counters[f"{namespace}:{name}"] += value
+
+    def peak(self, namespace: str, name: str, value: int) -> None:
+        """Keep the largest `value` in ``peaks["namespace:name"]``."""
+        key = f"{namespace}:{name}"
+        self.peaks[key] = max(self.peaks.get(key, value), value)
 
     def get(self, namespace: str, name: str) -> int:
         """Return the current value of ``namespace:name`` (0 if never incremented)."""
@@ -57,6 +71,7 @@ class BufferedMetrics:
 
     def __init__(self) -> None:
         self._pending: Counter[tuple[str, str]] = Counter()
+        self._peaks: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._bound: dict[tuple[str, str], Any] = {}
 
@@ -65,6 +80,12 @@ class BufferedMetrics:
         with self._lock:
             self._pending[(namespace, name)] += value
 
+    def peak(self, namespace: str, name: str, value: int) -> None:
+        """Buffer a high-water mark of ``namespace:name``; safe from any thread."""
+        with self._lock:
+            key = (namespace, name)
+            self._peaks[key] = max(self._peaks.get(key, value), value)
+
     def drain(self) -> list[tuple[str, str, int]]:
         """Take every buffered ``(namespace, name, value)`` and reset the buffer."""
         with self._lock:
@@ -72,12 +93,20 @@ class BufferedMetrics:
         return [(namespace, name, value) for (namespace, name), value in pending.items()]
 
     def flush(self) -> None:
-        """Hand buffered increments to the engine's counters; call from the host's thread."""
+        """Hand buffered increments and peaks to the engine; call from the host's thread."""
         for namespace, name, value in self.drain():
             counter = self._bound.get((namespace, name))
             if counter is None:
                 counter = self._bound[(namespace, name)] = self._counter(namespace, name)
             counter.inc(value)
+        with self._lock:
+            peaks, self._peaks = self._peaks, {}
+        for (namespace, name), value in peaks.items():
+            self._report_peak(namespace, name, value)
+
+    def _report_peak(self, namespace: str, name: str, value: int) -> None:
+        """Hand a high-water mark to the engine; subclasses bind it."""
+        raise NotImplementedError
 
     def _counter(self, namespace: str, name: str) -> Any:
         """The engine's counter for ``namespace:name``, anything with ``inc``."""

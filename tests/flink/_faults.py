@@ -3,9 +3,11 @@
 Used by the Flink failover test (run in the Python workers, so it must be
 importable there and picklable). The crash is a `BaseException`, which the
 activation core deliberately does not turn into a dead letter: it escapes
-``process_element`` and fails the Flink task, as a killed worker would. The
-marker file makes it happen exactly once across restarts. Every flush is
+the operator's callback and fails the Flink task, as a killed worker would.
+The marker file makes it happen exactly once across restarts. Every flush is
 logged, so the test can see which activations ran before and after the crash.
+It can also wait until other entities' activations are in flight in the same
+worker (`tests.agents.RUNNING`), so the crash abandons them mid-run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beam_agents.memory import LongtermStore, LongtermStoreConfig
+from beam_agents.memory import BufferedLongtermStore, LongtermStoreConfig
+from tests import agents
 from tests.flink._sink import part_lines
 
 __all__ = ["CrashAfterFlushConfig", "WorkerCrash"]
@@ -48,6 +51,11 @@ class CrashAfterFlushConfig:
         flush_log: Every flush appends ``<before|after> <entity> <seq>``.
         flush_delay_ms: Paces activations so that checkpoints complete mid-stream.
         kill_process: Exit the worker process instead of raising in it.
+        min_in_flight: The crash also waits until at least this many other
+            entities' ``paced_journal`` activations are running in the worker
+            process (on a MiniCluster, the client process, which runs every
+            subtask's operator); it writes their keys, one a line, to
+            ``<marker>.in_flight``.
     """
 
     inner: LongtermStoreConfig
@@ -58,40 +66,44 @@ class CrashAfterFlushConfig:
     flush_log: str
     flush_delay_ms: int = 0
     kill_process: bool = False
+    min_in_flight: int = 0
 
-    def open(self) -> LongtermStore:
+    def open(self) -> BufferedLongtermStore:
         """Open the inner store behind the crashing wrapper."""
         return _CrashingStore(self, self.inner.open())  # type: ignore[return-value]
 
 
 class _CrashingStore:
-    def __init__(self, config: CrashAfterFlushConfig, inner: LongtermStore) -> None:
+    def __init__(self, config: CrashAfterFlushConfig, inner: BufferedLongtermStore) -> None:
         self._config = config
         self._inner = inner
-        self._seq = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def stage(self, entity_key: bytes, records: Any) -> Any:
-        self._seq = max((record.seq for record in records), default=self._seq)
-        return await self._inner.stage(entity_key, records)
-
     async def flush(self, entity_key: bytes) -> Any:
+        # Activations stage straight into the store's pending buffer, and several
+        # entities' activations flush concurrently: read the flushed seq from
+        # this entity's own pending records.
+        pending = self._inner.pending_upserts.snapshot(entity_key)
+        seq = max((record.seq for record in pending.values()), default=0)
         receipt = await self._inner.flush(entity_key)
         marker = Path(self._config.marker)
         phase = "after" if marker.exists() else "before"
         with open(self._config.flush_log, "a", encoding="utf-8") as log:
-            log.write(f"{phase} {entity_key.decode()} {self._seq}\n")
+            log.write(f"{phase} {entity_key.decode()} {seq}\n")
         if self._config.flush_delay_ms:
             await asyncio.sleep(self._config.flush_delay_ms / 1000)
         if (phase == "before" and entity_key == self._config.entity_key
-                and 0 < self._config.crash_seq <= self._seq
-                and _checkpointed(Path(self._config.committed_dir), entity_key)):
-            marker.write_text(str(self._seq))
+                and 0 < self._config.crash_seq <= seq
+                and _checkpointed(Path(self._config.committed_dir), entity_key)
+                and len(others := sorted(agents.RUNNING - {entity_key}))
+                >= self._config.min_in_flight):
+            Path(f"{marker}.in_flight").write_text("".join(f"{k.decode()}\n" for k in others))
+            marker.write_text(str(seq))
             if self._config.kill_process:
                 os._exit(70)  # the Python worker dies outright, as under the OOM killer
-            raise WorkerCrash(f"injected crash after the flush of seq {self._seq}")
+            raise WorkerCrash(f"injected crash after the flush of seq {seq}")
         return receipt
 
 

@@ -4,10 +4,13 @@ The job runs with checkpointing and a fixed-delay restart strategy. The
 store wrapper in ``_faults`` crashes the worker exactly once, right after
 the flush of activation N has committed and before keyed state records
 it; N is the first activation from CRASH_SEQ on whose entity a completed
-checkpoint already covers. Flink restores the last checkpoint and replays: activation N runs again
-and re-flushes (invariant 5's seq guard makes that converge), and nothing
-is lost or emitted twice once intents are de-duplicated by
-``(entity_key, seq, index)``.
+checkpoint already covers and beside which other entities' activations are
+in flight (the agent asks a model with latency, so a worker runs several
+keys at once). Flink restores the last checkpoint and replays: the restored
+queues and timers run activation N again, which re-flushes (invariant 5's
+seq guard makes that converge), and the abandoned in-flight activations run
+again too; nothing is lost or emitted twice once intents are de-duplicated
+by ``(entity_key, seq, index)``.
 
 It runs twice over: on MiniClusters against SQLite and the Firestore server
 (the crash is an exception that fails the task), and on a standalone cluster
@@ -30,11 +33,14 @@ from tests.flink.conftest import REPO, flink_run, job_env, part_lines, run_job, 
 
 pytestmark = pytest.mark.timeout(400)
 
-ENTITIES = [f"customer-{n}".encode() for n in range(5)]
+# Enough entities that the crashing one shares its subtask with others.
+ENTITIES = [f"customer-{n}".encode() for n in range(8)]
 # The crash waits for a checkpoint to commit the entity's progress, which on a
 # slow machine can take a few seconds of stream: leave it most of the stream.
 EVENTS_PER_ENTITY = 100
 CRASH_ENTITY, CRASH_SEQ = ENTITIES[2], 30
+#: The local model's latency: long enough that a worker's keys overlap.
+MODEL_LATENCY_MS = 30
 
 
 def _write_events(path: Path) -> None:
@@ -60,11 +66,15 @@ def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
     process of its own, and the crash kills that process.
     """
     log = out / "flushes.log"
+    agent_config = out / "agent.json"
+    agent_config.write_text(json.dumps({"model": {"latency_ms": MODEL_LATENCY_MS}}))
     fault = ["--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
              "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
-             "--flush_delay_ms", "10", *(["--kill_process"] if cluster else []), "--"]
+             "--flush_delay_ms", "10", "--min_in_flight", "1",
+             *(["--kill_process"] if cluster else []), "--"]
     job = ["--input_files", str(events), "--output_path", str(out / "intents"),
-           "--errors_path", str(out / "errors"), "--agent", "tests.agents:journal",
+           "--errors_path", str(out / "errors"), "--agent", "tests.agents:paced_journal",
+           "--agent_config", str(agent_config), "--model_provider", "local",
            *store_flags, "--python_executable", sys.executable, "--parallelism", "2",
            # Restart after 2 s (production waits 10 s), not at once: a restart
            # racing the failed attempt's teardown is not the failure under test.
@@ -117,6 +127,8 @@ def _check_convergence(tmp_path: Path, clean_config: LongtermStoreConfig,
     crashed_seq = int(marker.read_text())  # CRASH_SEQ or later: it waits for a checkpoint
     crash_entity = CRASH_ENTITY.decode()
     assert ("before", crash_entity, crashed_seq) in chaos_log
+    in_flight = (tmp_path / "chaos" / "crashed.marker.in_flight").read_text().split()
+    assert in_flight and crash_entity not in in_flight  # other keys were mid-activation
     assert ("after", crash_entity, crashed_seq) in chaos_log  # N ran again and re-flushed
     replayed = [seq for phase, entity, seq in chaos_log
                 if phase == "after" and entity == crash_entity]

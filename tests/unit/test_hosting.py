@@ -75,3 +75,4 @@ def test_an_unknown_field_in_the_config_file_is_named(tmp_path: Path) -> None:
     path.write_text(json.dumps({"agent": "tests.agents:counter", "timeout": 5}))
     with pytest.raises(ConfigError, match="timeout"):
         agent_config_from_flags(_flags("--agent_config", str(path)))
+

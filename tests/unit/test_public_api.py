@@ -29,11 +29,13 @@ PUBLIC = {
         "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
     ],
     "beam_agents.runtime": [
-        "CELLS", "ActivationRuntime", "AgentConfig", "AgentContext", "AgentEvent", "Committed",
-        "ErrorRecord", "Failed", "InputDecoder", "Intent", "KeyedState", "Outcome", "StateCell",
-        "StateCells", "activate_keyed", "decode_event", "decode_event_json",
-        "decode_event_proto", "decode_input", "encode_payload", "error_from_json",
-        "error_record", "error_to_json", "event_to_json", "intent_to_json", "stage_of",
+        "CELLS", "POLL_MS", "QUEUE_CELLS", "ActivationRuntime", "AgentConfig", "AgentContext",
+        "AgentEvent", "BagCell", "Committed", "ErrorRecord", "Failed", "InputDecoder", "Intent",
+        "KeyCells", "KeyRuns", "KeyedEngine", "KeyedState", "Outcome", "QueueCell",
+        "RetryPolicy", "Running", "Scheduler", "StateCell", "StateCells", "Step", "ValueCell",
+        "decode_event", "decode_event_json", "decode_event_proto", "decode_input",
+        "encode_payload", "error_from_json", "error_record", "error_to_json", "event_to_json",
+        "intent_to_json", "stage_of",
     ],
     "beam_agents.hosting": [
         "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping", "load_agent",
@@ -58,7 +60,8 @@ PUBLIC = {
         "longterm_config_from_mapping",
     ],
     "beam_agents.beam": [
-        "ERRORS", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics", "DecodeEvents",
+        "ERRORS", "AgentBatchDoFn", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics",
+        "DecodeEvents",
         "agent_config_from_options", "build_pipeline", "check_io", "run",
     ],
     "beam_agents.flink": [

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ErrorRecord(_message.Message):
-    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id")
+    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts")
     class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STAGE_UNSPECIFIED: _ClassVar[ErrorRecord.Stage]
@@ -40,6 +40,7 @@ class ErrorRecord(_message.Message):
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     stage: ErrorRecord.Stage
     error_type: str
     message: str
@@ -49,4 +50,5 @@ class ErrorRecord(_message.Message):
     seq: int
     event: bytes
     event_id: str
-    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ...) -> None: ...
+    attempts: int
+    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...

@@ -1,5 +1,6 @@
-"""The Beam adapter: AgentDoFn, the pipeline, its options, and Beam-bound metrics."""
+"""The Beam adapter: AgentDoFn (streaming), AgentBatchDoFn (batch), the pipeline, its options."""
 
+from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
@@ -7,6 +8,7 @@ from beam_agents.beam._pipeline import DecodeEvents, build_pipeline, run
 
 __all__ = [
     "ERRORS",
+    "AgentBatchDoFn",
     "AgentDoFn",
     "AgentPipelineOptions",
     "BeamMetrics",

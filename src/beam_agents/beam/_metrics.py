@@ -20,3 +20,7 @@ class BeamMetrics(BufferedMetrics):
 
     def _counter(self, namespace: str, name: str) -> Any:
         return Metrics.counter(namespace, name)
+
+    def _report_peak(self, namespace: str, name: str, value: int) -> None:
+        # A distribution's max over all workers and bundles is the peak.
+        Metrics.distribution(namespace, name).update(value)

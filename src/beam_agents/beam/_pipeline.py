@@ -1,8 +1,17 @@
-"""The agent pipeline: read -> decode -> key by entity -> AgentDoFn -> write intents and errors.
+"""The agent pipeline: read -> decode -> key by entity -> activate -> write intents and errors.
+
+The activation step depends on the path (DESIGN's "Durable, concurrent
+activations"), chosen by ``StandardOptions.streaming``:
+
+* streaming (Pub/Sub): `AgentDoFn`, the per-key queue in keyed state, pumped
+  by a processing-time timer;
+* batch (files): ``GroupByKey`` then `AgentBatchDoFn`, which runs many whole
+  keys at once without timers, which the batch runner does not fire.
 
 Nothing is dropped (invariant 8): an element that does not decode becomes an
 error record with stage DECODE on the same errors output the activations
-use, and the pipeline keeps going.
+use, and the pipeline keeps going. File sinks write their lines sorted, so
+the files do not depend on the input's order or the runner's (invariant 10).
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pipeline import Pipeline
 from apache_beam.pvalue import PCollection
+from apache_beam.transforms import combiners
 
+from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
+from beam_agents.beam._host import ProviderFactory
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
 from beam_agents.runtime import AgentConfig, ErrorRecord, InputDecoder, error_to_json
@@ -71,14 +83,41 @@ def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
     if topic:
         _ = lines | f"Publish{label}" >> beam.io.WriteToPubSub(topic=topic)
     if path:
+        # One file, its lines sorted: the same input in any order, on any
+        # runner, writes the same bytes. A file sink needs a bounded input.
         _ = (lines
+             | f"Gather{label}" >> combiners.ToList()
+             | f"Sort{label}" >> beam.FlatMap(sorted)
              | f"Utf8{label}" >> beam.Map(bytes.decode)
              | f"Write{label}" >> beam.io.WriteToText(path, shard_name_template=""))
 
 
+def _activate(events: PCollection[tuple[bytes, bytes]], config: AgentConfig, *,
+              streaming: bool, provider: ProviderFactory | None) -> Any:
+    keyed = beam.typehints.Tuple[bytes, bytes]
+    if streaming:
+        # The key type hint gives the stateful DoFn a deterministic key coder.
+        return events | "Activate" >> beam.ParDo(
+            AgentDoFn(config, provider=provider)).with_input_types(keyed).with_outputs(
+            ERRORS, main="intents")
+    grouped = events | "GroupByEntity" >> beam.GroupByKey().with_input_types(keyed)
+    return grouped | "Activate" >> beam.ParDo(
+        AgentBatchDoFn(config, provider=provider)).with_outputs(ERRORS, main="intents")
+
+
 def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
-                   config: AgentConfig | None = None, *, progress_every: int = 0) -> None:
-    """Add the agent pipeline's transforms to `pipeline`.
+                   config: AgentConfig | None = None, *, progress_every: int = 0,
+                   provider: ProviderFactory | None = None) -> None:
+    """Add the agent pipeline's transforms to `pipeline`, streaming or batch as `options` say.
+
+    Args:
+        pipeline: Where the transforms go.
+        options: The pipeline's flags; ``StandardOptions.streaming`` (or a
+            subscription input) picks the streaming path, else the batch one.
+        config: What to run; by default mapped from `options`.
+        progress_every: Report every this many events read on stderr (0: never).
+        provider: Builds the model provider on each worker in place of the one
+            the config names (a test's scripted model); must be importable.
 
     Raises:
         ConfigError: the options name no input or drop an output.
@@ -90,9 +129,10 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     decoded = _read(pipeline, opts) | "Decode" >> beam.ParDo(
         DecodeEvents(opts.input_format, progress_every=progress_every)).with_output_types(
         beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="events")
-    # The key type hint gives the stateful DoFn a deterministic key coder.
-    activated = decoded.events | "Activate" >> beam.ParDo(AgentDoFn(config)).with_input_types(
-        beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="intents")
+    # A subscription never ends, so it takes the streaming path even before
+    # `run` marks the options streaming: a GroupByKey would never fire on it.
+    streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
+    activated = _activate(decoded.events, config, streaming=streaming, provider=provider)
     errors = (decoded[ERRORS], activated[ERRORS]) | "AllErrors" >> beam.Flatten()
     _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents")
     _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors")

@@ -1,9 +1,11 @@
-"""The native Flink adapter: the activation core in a PyFlink keyed operator.
+"""The native Flink adapter: the activation engine in a PyFlink keyed operator.
 
-``AgentKeyedProcessFunction`` is the twin of ``AgentDoFn``; `build_job` and
-`run` assemble the same read -> decode -> activate -> write graph as the Beam
-pipeline, with the same agent flags, on Flink's DataStream API; `agent_stream`
-is that graph without its file source and sinks, for Kafka or Pub/Sub.
+``AgentKeyedProcessFunction`` is the twin of ``AgentDoFn``: a per-key queue in
+keyed state, many keys in flight per slot, and timers that apply outcomes.
+`build_job` and `run` assemble the same read -> decode -> activate -> write
+graph as the Beam pipeline, with the same agent flags, on Flink's DataStream
+API; `agent_stream` is that graph without its file source and sinks, for
+Kafka or Pub/Sub.
 """
 
 from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction

@@ -5,9 +5,10 @@ same flags for the agent, model and long-term store. Files are the offline
 source and sinks; nothing is dropped (invariant 8): undecodable lines become
 DECODE records on the errors output, beside the activations' own.
 
-Exactly-once comes from Flink: checkpoints snapshot keyed state and the
-source position, the file sinks commit on checkpoints, and a restart
-strategy replays from the last checkpoint after a failure.
+Exactly-once comes from Flink: checkpoints snapshot keyed state (each key's
+queue of events not yet applied among it) with its timers and the source
+position, the file sinks commit on checkpoints, and a restart strategy
+replays from the last checkpoint after a failure.
 """
 
 from __future__ import annotations
@@ -207,6 +208,8 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     """Add the file-to-file agent job to `env`; returns the intents and errors streams (sunk)."""
     source = FileSource.for_record_stream_format(
         StreamFormat.text_line_format(), *options.input_files).build()
+    # No watermarks while reading; the finished file still emits the final one,
+    # which fires the activation's end-of-input drain (see AgentKeyedProcessFunction).
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
     intents, errors = agent_stream(lines, config)
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")

@@ -22,6 +22,13 @@ class FlinkMetrics(BufferedMetrics):
     def __init__(self, group: Any) -> None:
         super().__init__()
         self._group = group
+        self._highest: dict[tuple[str, str], int] = {}
 
     def _counter(self, namespace: str, name: str) -> Any:
         return self._group.add_group(namespace).counter(name)
+
+    def _report_peak(self, namespace: str, name: str, value: int) -> None:
+        key = (namespace, name)
+        if key not in self._highest:
+            self._group.add_group(namespace).gauge(name, lambda: self._highest[key])
+        self._highest[key] = max(self._highest.get(key, value), value)

@@ -23,7 +23,7 @@ PROVIDERS = frozenset({"local", "gemini", "openai"})
 # Which optional settings each provider reads; setting one the chosen
 # provider ignores is almost always a mistake, so it is rejected.
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
-    "local": frozenset({"script_path", "latency_ms"}),
+    "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls"}),
     "gemini": frozenset({"project", "location", "api_key", "base_url", "timeout_s"}),
     "openai": frozenset({"api_key", "base_url", "timeout_s"}),
 }
@@ -100,6 +100,12 @@ class ModelConfig:
         script_path: JSONL file of scripted replies for the local provider.
         latency_ms: Artificial latency of the local provider, in [0, 60000];
             for benchmarks.
+        outage_first_call: With `outage_calls`, a simulated transient outage
+            of the local provider: its calls number ``outage_first_call`` to
+            ``outage_first_call + outage_calls - 1`` (from 1, per worker) fail
+            as a 503 would, with `ProviderUnavailable`; for demos and tests
+            of suspension. 0 means no outage.
+        outage_calls: How many calls the simulated outage fails, in [0, 1 000 000].
         breaker: The model's circuit-breaker settings.
     """
 
@@ -112,6 +118,8 @@ class ModelConfig:
     timeout_s: float = 60.0
     script_path: str | None = None
     latency_ms: int = 0
+    outage_first_call: int = 0
+    outage_calls: int = 0
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
 
     def __post_init__(self) -> None:
@@ -131,6 +139,8 @@ class ModelConfig:
             object.__setattr__(self, "model_id", _DEFAULT_LOCAL_MODEL_ID)
         _require_number("timeout_s", self.timeout_s, 0, 600, low_inclusive=False)
         require_int(self.latency_ms, name="latency_ms", low=0, high=60_000, field="latency_ms")
+        for name in ("outage_first_call", "outage_calls"):
+            require_int(getattr(self, name), name=name, low=0, high=1_000_000, field=name)
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
         self._check_provider_fields()
@@ -143,7 +153,7 @@ class ModelConfig:
         defaults = {f.name: f.default for f in fields(self)}
         allowed = _PROVIDER_FIELDS[self.provider]
         for name in ("project", "location", "api_key", "base_url", "timeout_s",
-                     "script_path", "latency_ms"):
+                     "script_path", "latency_ms", "outage_first_call", "outage_calls"):
             if name not in allowed and getattr(self, name) != defaults[name]:
                 raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
                                   f"remove it (that provider reads: {sorted(allowed)})",

@@ -41,8 +41,6 @@ _log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "beam_agents.model"
 
-#: Drives a coroutine to completion from synchronous code.
-
 
 class ModelFacade:
     """Memoised model access for one activation; replays are byte-identical (invariant 3).

@@ -21,6 +21,7 @@ from beam_agents.runtime._activation import (
     KeyedState,
     Outcome,
 )
+from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._codec import (
     decode_event,
     decode_event_json,
@@ -32,25 +33,48 @@ from beam_agents.runtime._codec import (
 )
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext, encode_payload
+from beam_agents.runtime._engine import (
+    POLL_MS,
+    QUEUE_CELLS,
+    BagCell,
+    KeyCells,
+    KeyedEngine,
+    QueueCell,
+    Step,
+    ValueCell,
+)
 from beam_agents.runtime._errors import decode_input, error_record, stage_of
-from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells, activate_keyed
+from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells
+from beam_agents.runtime._retry import RetryPolicy
+from beam_agents.runtime._scheduler import Running, Scheduler
 
 __all__ = [
     "CELLS",
+    "POLL_MS",
+    "QUEUE_CELLS",
     "ActivationRuntime",
     "AgentConfig",
     "AgentContext",
     "AgentEvent",
+    "BagCell",
     "Committed",
     "ErrorRecord",
     "Failed",
     "InputDecoder",
     "Intent",
+    "KeyCells",
+    "KeyRuns",
+    "KeyedEngine",
     "KeyedState",
     "Outcome",
+    "QueueCell",
+    "RetryPolicy",
+    "Running",
+    "Scheduler",
     "StateCell",
     "StateCells",
-    "activate_keyed",
+    "Step",
+    "ValueCell",
     "decode_event",
     "decode_event_json",
     "decode_event_proto",

@@ -13,7 +13,9 @@ The order is DESIGN's activation protocol:
 3. the agent runs, sync (on a worker thread) or async, under a timeout;
 4. the commit tail flushes staged long-term upserts (the one sanctioned
    external write, invariant 5) and serializes only the dirty blobs;
-5. any failure abandons long-term writes and yields one error record.
+5. any failure abandons long-term writes and yields one error record; a
+   retriable one also hands back the replay cache with the responses the
+   attempt paid for, which is all a suspension commits (invariant 1).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -64,9 +67,19 @@ class Committed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failed:
-    """A failed activation: emit `error` on the errors output and change nothing else."""
+    """A failed activation: emit `error` on the errors output and change nothing else.
+
+    Attributes:
+        error: The dead letter; ``error.retriable`` says whether a retry may succeed.
+        llm_cache: Set only for a retriable failure whose attempt paid for
+            model calls: the cache blob holding them. A host that suspends the
+            activation instead of dead-lettering it writes this and nothing
+            else, so the retry, which runs with the same seq, replays those
+            calls instead of paying again (invariants 1 and 9).
+    """
 
     error: ErrorRecord
+    llm_cache: bytes | None = None
 
 
 Outcome = Committed | Failed
@@ -75,11 +88,13 @@ Outcome = Committed | Failed
 class ActivationRuntime:
     """Runs activations for one worker (a DoFn instance, a Flink subtask, a CLI run).
 
-    It owns one event loop, on which async agents, providers and stores run,
-    and a small thread pool for sync agents, so that a sync agent can still
-    be timed out and can call ``ctx.model.complete`` while the loop serves the
-    provider. Clients (provider, store) are built by the host and handed in;
-    the runtime closes them in `close`.
+    It owns one event loop, running in a thread of its own, on which async
+    agents, providers and stores run, and a pool of ``config.agent_threads``
+    threads for sync agents, so that a sync agent can still be timed out and
+    can call ``ctx.model.complete`` while the loop serves the provider. Many
+    activations of different keys can run on it at once (`submit`); the
+    `Scheduler` decides which. Clients (provider, store) are built by the host
+    and handed in; the runtime closes them in `close`.
 
     Args:
         config: The agent configuration.
@@ -104,8 +119,11 @@ class ActivationRuntime:
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
         self._breakers = BreakerRegistry(clock=clock)
         self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                             name="beam-agents-loop")
+        self._loop_thread.start()
         self._threads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="beam-agents-agent")
+            max_workers=config.agent_threads, thread_name_prefix="beam-agents-agent")
         self._closed = False
 
     @property
@@ -114,17 +132,33 @@ class ActivationRuntime:
         return self._config
 
     @property
+    def metrics(self) -> MetricsSink:
+        """Where this runtime's counters go."""
+        return self._metrics
+
+    @property
     def store(self) -> BufferedLongtermStore | None:
         """The long-term store, or None when ``config.longterm_memory`` is unset (M18)."""
         return self._store
 
-    def activate(self, state: KeyedState, event: AgentEvent) -> Outcome:
+    def activate(self, state: KeyedState, event: AgentEvent, *, attempt: int = 1) -> Outcome:
         """Run one activation to an outcome; never raises for the agent's failures."""
-        return self._loop.run_until_complete(self.activate_async(state, event))
+        return self.run(self.activate_async(state, event, attempt=attempt))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Drive `coro` on the runtime's loop from the host thread."""
-        return self._loop.run_until_complete(coro)
+        """Run `coro` on the runtime's loop and wait for its result, from a host thread."""
+        return self.submit(coro).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coro` on the runtime's loop and return at once; thread-safe.
+
+        Raises:
+            RuntimeError: Called from the loop itself, or after `close`.
+        """
+        if threading.current_thread() is self._loop_thread or self._closed:
+            coro.close()
+            raise RuntimeError("ActivationRuntime.submit from its own loop or after close()")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _bridge(self, coro: Coroutine[Any, Any, T]) -> T:
         """Let sync agent code (on a pool thread) wait for a coroutine on the loop."""
@@ -136,20 +170,38 @@ class ActivationRuntime:
         raise RuntimeError("a blocking call was made from async agent code; await the async "
                            "variant instead (ctx.model.acomplete, longterm.aload, ...)")
 
-    async def activate_async(self, state: KeyedState, event: AgentEvent) -> Outcome:
-        """The activation protocol; see the module docstring."""
+    async def activate_async(self, state: KeyedState, event: AgentEvent, *,
+                             attempt: int = 1) -> Outcome:
+        """The activation protocol; see the module docstring.
+
+        Args:
+            state: The key's committed state.
+            event: The event to run.
+            attempt: Which attempt at this event this is (from 1); a retry of
+                a suspended activation runs with the same state, so the same
+                seq, and replays the calls the earlier attempts paid for.
+        """
         seq = state.seq + 1
         now_ms = event.event_time_ms
         self._metrics.inc(NAMESPACE, "activations")
+        cache: ReplayCache | None = None
 
         def failed(exc: BaseException, *, flushing: bool = False) -> Failed:
             stage = stage_of(exc, flushing=flushing)
-            self._metrics.inc(NAMESPACE, "failed")
-            self._metrics.inc(NAMESPACE, f"errors_{ErrorRecord.Stage.Name(stage)[6:].lower()}")
-            return Failed(error=error_record(
+            record = error_record(
                 exc, stage=stage, entity_key=event.entity_key, seq=seq,
                 event=event.SerializeToString(deterministic=True), event_id=event.event_id,
-                traceback_bytes=self._config.traceback_bytes))
+                traceback_bytes=self._config.traceback_bytes)
+            record.attempts = attempt
+            if record.retriable:
+                # The host decides whether this attempt suspends or, as its last,
+                # becomes a dead letter; it counts the dead letter (count_dead_letter).
+                self._metrics.inc(NAMESPACE, "retriable_failures")
+            else:
+                count_dead_letter(self._metrics, record)
+            paid = cache.to_bytes() if record.retriable and cache is not None and cache.dirty \
+                else None
+            return Failed(error=record, llm_cache=paid)
 
         handle = None
         try:
@@ -210,13 +262,16 @@ class ActivationRuntime:
         """Close the provider and the store, then the loop and the threads; idempotent."""
         if self._closed:
             return
-        self._closed = True
         try:
-            self._loop.run_until_complete(self._provider.aclose())
+            self.run(_cancel_running())  # activations nobody will apply any more
+            self.run(self._provider.aclose())
             if self._store is not None:
-                self._loop.run_until_complete(self._store.close())
+                self.run(self._store.close())
         finally:
+            self._closed = True
             self._threads.shutdown(wait=False, cancel_futures=True)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join()
             self._loop.close()
 
     def __enter__(self) -> ActivationRuntime:
@@ -224,6 +279,20 @@ class ActivationRuntime:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def count_dead_letter(metrics: MetricsSink, record: ErrorRecord) -> None:
+    """Count one dead letter of an activation: ``failed`` and ``errors_<stage>``."""
+    metrics.inc(NAMESPACE, "failed")
+    metrics.inc(NAMESPACE, f"errors_{ErrorRecord.Stage.Name(record.stage)[6:].lower()}")
+
+
+async def _cancel_running() -> None:
+    """Cancel every other task on the running loop and wait until they have all ended."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _quietly(coro: Coroutine[Any, Any, Any]) -> None:

@@ -163,6 +163,8 @@ def error_to_json(record: ErrorRecord) -> bytes:
         "traceback": record.traceback, "retriable": record.retriable, "seq": record.seq,
         "event_id": record.event_id,
     }
+    if record.attempts:  # absent in records older than the field, and in DECODE records
+        out["attempts"] = record.attempts
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
     return canonical_json(out)
@@ -182,6 +184,7 @@ def error_from_json(line: bytes | str) -> ErrorRecord:
             error_type=doc.get("error_type", ""), message=doc.get("message", ""),
             traceback=doc.get("traceback", ""), retriable=bool(doc.get("retriable", False)),
             seq=int(doc.get("seq", 0)), event_id=doc.get("event_id", ""),
+            attempts=int(doc.get("attempts", 0)),
             entity_key=_get_bytes(doc, "entity_key", required=False, error=EventDecodeError),
             event=_get_bytes(doc, "event", required=False, error=EventDecodeError),
         )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.memory import Compactor, LongtermStoreConfig, LruCompactor
 from beam_agents.model import ModelConfig
+from beam_agents.runtime._retry import RetryPolicy
 
 __all__ = ["AgentConfig"]
 
@@ -36,6 +38,12 @@ class AgentConfig:
         max_intent_bytes: Largest payload an intent may carry; a larger one
             fails the activation with stage OUTPUT (Pub/Sub allows 10 MB).
         traceback_bytes: Bound on the traceback kept in an error record.
+        max_in_flight: Activations of different keys a worker runs at once
+            (``--max_in_flight``), in [1, 10 000]; a key never runs two.
+        agent_threads: Threads for sync agents (``--agent_threads``), in
+            [1, 10 000]; a sync agent holds one for its whole activation, so
+            fewer than `max_in_flight` caps how many sync agents overlap.
+        retry: When a retriable failure is retried and when it gives up.
     """
 
     agent: str
@@ -45,6 +53,9 @@ class AgentConfig:
     longterm_memory: LongtermStoreConfig | None = None
     max_intent_bytes: int = 1_000_000
     traceback_bytes: int = 4096
+    max_in_flight: int = 64
+    agent_threads: int = 64
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, str) or ":" not in self.agent:
@@ -57,13 +68,15 @@ class AgentConfig:
         if self.compactor is not None and not isinstance(self.compactor, Compactor):
             raise ConfigError("AgentConfig.compactor must have compact(memory) or be None",
                               field="AgentConfig.compactor")
-        for name, low, high in (("timeout_ms", 1, _MAX_TIMEOUT_MS),
-                                ("max_intent_bytes", 1, 10_000_000),
-                                ("traceback_bytes", 0, 1_000_000)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ConfigError(f"AgentConfig.{name} must be an int in [{low}, {high}], "
-                                  f"got {value!r}", field=f"AgentConfig.{name}")
+        for name, flag, low, high in (("timeout_ms", "activation_timeout_ms", 1, _MAX_TIMEOUT_MS),
+                                      ("max_intent_bytes", None, 1, 10_000_000),
+                                      ("traceback_bytes", None, 0, 1_000_000),
+                                      ("max_in_flight", "max_in_flight", 1, 10_000),
+                                      ("agent_threads", "agent_threads", 1, 10_000)):
+            require_int(getattr(self, name), low=low, high=high, field=f"AgentConfig.{name}",
+                        name=f"AgentConfig.{name}" + (f" (--{flag})" if flag else ""))
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError("AgentConfig.retry must be a RetryPolicy", field="AgentConfig.retry")
         if self.longterm_memory is not None and not callable(
                 getattr(self.longterm_memory, "open", None)):
             raise ConfigError("AgentConfig.longterm_memory must be a store config with open(), "

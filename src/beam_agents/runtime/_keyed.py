@@ -1,25 +1,24 @@
-"""What every host does around the core, written once: decode the input, apply the outcome.
+"""What every host shares around the core, written once: its state cells and its input decoder.
 
-A host (the Beam DoFn, the Flink function) binds an entity's three keyed-state
-cells, hands them here with the event, and routes the lines that come back to
-its intents and errors outputs. Only the binding is engine-specific, so the
-engines cannot drift apart in what they commit (invariants 1 and 8) or count.
+A host (the Beam DoFns, the Flink function) binds an entity's three keyed-state
+cells (`CELLS`) as `StateCells`, decodes its input with `InputDecoder`, and
+hands both to the `KeyedEngine`, which applies each outcome and routes the
+lines to a `Channel`. Only the binding is engine-specific, so the engines
+cannot drift apart in what they commit (invariants 1 and 8) or count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.metrics import MetricsSink
-from beam_agents.runtime._activation import NAMESPACE, ActivationRuntime, Committed, KeyedState
-from beam_agents.runtime._codec import error_to_json, intent_to_json
+from beam_agents.runtime._activation import NAMESPACE, KeyedState
 from beam_agents.runtime._errors import decode_input
 
-__all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells", "activate_keyed"]
+__all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells"]
 
 #: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
 #: bytes, and the last committed seq (DESIGN's activation protocol).
@@ -54,27 +53,6 @@ class StateCells:
         return KeyedState(memory=_as_bytes(self.memory.read()),
                           llm_cache=_as_bytes(self.llm_cache.read()),
                           seq=self.seq.read() or 0)
-
-
-def activate_keyed(runtime: ActivationRuntime, cells: StateCells,
-                   event: bytes) -> Iterator[tuple[Channel, bytes]]:
-    """Run one activation on an entity's cells, apply its outcome, and yield the output lines.
-
-    A committed outcome writes the dirty blobs and the new seq, then yields its
-    intents; a failed one writes nothing, so a corrupt blob is never
-    overwritten, and yields its error record (invariants 1 and 8).
-    """
-    outcome = runtime.activate(cells.read(), AgentEvent.FromString(event))
-    if not isinstance(outcome, Committed):
-        yield "errors", error_to_json(outcome.error)
-        return
-    if outcome.memory is not None:
-        cells.memory.write(outcome.memory)
-    if outcome.llm_cache is not None:
-        cells.llm_cache.write(outcome.llm_cache)
-    cells.seq.write(outcome.seq)
-    for intent in outcome.intents:
-        yield "intents", intent_to_json(intent)
 
 
 class InputDecoder:

@@ -35,8 +35,9 @@ def build_provider(config: ModelConfig) -> ModelProvider:
     if config.provider == "local":
         if config.script_path is not None:
             return LocalModel.from_script_file(config.script_path, model_id=config.model_id,
-                                               latency_ms=config.latency_ms)
-        return LocalModel(config.model_id, latency_ms=config.latency_ms)
+                                               latency_ms=config.latency_ms,
+                                               outage=_outage(config))
+        return LocalModel(config.model_id, latency_ms=config.latency_ms, outage=_outage(config))
     if config.provider == "openai":
         # Lazy imports keep httpx / google-genai unloaded until a backend is built.
         from beam_agents.model.providers.openai_compat import (  # noqa: PLC0415
@@ -51,6 +52,11 @@ def build_provider(config: ModelConfig) -> ModelProvider:
     return GeminiProvider(model_id=config.model_id, project=config.project,
                           location=config.location, api_key=config.api_key,
                           base_url=config.base_url, timeout_s=config.timeout_s)
+
+
+def _outage(config: ModelConfig) -> range:
+    first = config.outage_first_call
+    return range(first, first + config.outage_calls) if first and config.outage_calls else range(0)
 
 
 def __getattr__(name: str) -> Any:

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from beam_agents.errors import ConfigError
+from beam_agents.errors import ConfigError, ProviderUnavailable
 from beam_agents.model._types import Message, ModelRequest, ModelResponse, ToolCall
 
 __all__ = ["LocalModel", "ScriptedReply", "load_script", "template_reply"]
@@ -179,22 +179,26 @@ class LocalModel:
         model_id: Reported model id (part of the cache key).
         script: Scripted replies, tried in order before the template.
         latency_ms: Artificial latency per call, for benchmarks.
+        outage: Call numbers (from 1) that fail with `ProviderUnavailable`
+            after the latency, as during a provider's transient outage.
         sleep: Awaitable sleep used for the latency; injectable for tests.
     """
 
     def __init__(self, model_id: str = "local", *, script: Sequence[ScriptedReply] = (),
-                 latency_ms: int = 0,
+                 latency_ms: int = 0, outage: range = range(0),
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
         self.model_id = model_id
         self._script = tuple(script)
         self._latency_ms = latency_ms
+        self._outage = outage
+        self._calls = 0
         self._sleep = sleep
 
     @classmethod
     def from_script_file(cls, path: str, *, model_id: str = "local",
-                         latency_ms: int = 0) -> LocalModel:
+                         latency_ms: int = 0, outage: range = range(0)) -> LocalModel:
         """Build a LocalModel replaying the JSONL script at `path`."""
-        return cls(model_id, script=load_script(path), latency_ms=latency_ms)
+        return cls(model_id, script=load_script(path), latency_ms=latency_ms, outage=outage)
 
     def reply(self, request: ModelRequest) -> ModelResponse:
         """Return the response for `request` without any latency."""
@@ -207,9 +211,20 @@ class LocalModel:
         return self._response(template_reply(request.messages), (), "stop", usage_in)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Answer after the configured latency; never raises for a valid request."""
+        """Answer after the configured latency; raises only inside a simulated outage.
+
+        Raises:
+            ProviderUnavailable: This call's number is in the configured outage.
+        """
+        self._calls += 1
+        call = self._calls
         if self._latency_ms:
             await self._sleep(self._latency_ms / 1000)
+        if call in self._outage:
+            raise ProviderUnavailable(
+                f"simulated outage: call {call} answered 503 (the outage covers calls "
+                f"{self._outage.start}-{self._outage.stop - 1})", model_id=self.model_id,
+                status=503)
         return self.reply(request)
 
     async def aclose(self) -> None:

@@ -1,0 +1,106 @@
+"""The engine on a bounded input: whole keys at once, many keys in flight, no timers.
+
+On the batch path every event of a key is known before the first one runs
+(a GroupByKey hands them over together), and Beam's batch runner fires no
+processing-time timers. So the host keeps each key's cells in process and
+drives the same `KeyedEngine` itself: it offers a key's events, then pumps
+every active key whenever an activation finishes or a retry falls due. Order
+within a key is the engine's ``(event_time_ms, event_id)`` over the whole
+input, so shuffling the input changes nothing (invariant 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from beam_agents.runtime._engine import BagCell, KeyCells, KeyedEngine, ValueCell
+from beam_agents.runtime._keyed import Channel, StateCells
+
+__all__ = ["KeyRuns"]
+
+
+@dataclass(slots=True)
+class _Active:
+    cells: KeyCells
+    wake_at_ms: int
+
+
+def _fresh_cells() -> KeyCells:
+    return KeyCells(state=StateCells(ValueCell(), ValueCell(), ValueCell()), queue=BagCell(),
+                    attempt=ValueCell(), retry_at_ms=ValueCell())
+
+
+class KeyRuns:
+    """Runs whole keys through a `KeyedEngine` until each key's queue is empty.
+
+    Args:
+        engine: The engine (and through it the scheduler) to run on.
+        clock_ms: The host's clock, for retry backoff.
+    """
+
+    def __init__(self, engine: KeyedEngine, *, clock_ms: Callable[[], int]) -> None:
+        self._engine = engine
+        self._clock_ms = clock_ms
+        self._active: dict[Hashable, _Active] = {}
+
+    @property
+    def active(self) -> int:
+        """Keys added and not yet finished."""
+        return len(self._active)
+
+    def add(self, key: Hashable, events: Iterable[bytes]) -> list[tuple[Channel, bytes]]:
+        """Queue all of `key`'s events and start its first; returns lines produced so far.
+
+        Raises:
+            ValueError: `key` is still running from an earlier `add`.
+        """
+        if key in self._active:
+            raise ValueError(f"key {key!r} was added twice; group its events first")
+        cells = _fresh_cells()
+        for event in events:
+            self._engine.enqueue(cells, event)
+        step = self._engine.pump(key, cells, self._clock_ms())
+        if step.wake_at_ms is not None:
+            self._active[key] = _Active(cells, step.wake_at_ms)
+        return list(step.lines)
+
+    def advance(self, *, block: bool) -> list[tuple[Channel, bytes]]:
+        """Pump every key that is due; with `block`, wait until at least one line is out.
+
+        Returns:
+            The lines produced, each key's in its own order.
+        """
+        while True:
+            lines: list[tuple[Channel, bytes]] = []
+            now = self._clock_ms()
+            for key, active in list(self._active.items()):
+                if not self._due(key, active, now):
+                    continue
+                step = self._engine.pump(key, active.cells, now)
+                lines.extend(step.lines)
+                if step.wake_at_ms is None:
+                    del self._active[key]
+                else:
+                    active.wake_at_ms = step.wake_at_ms
+            if lines or not block or not self._active:
+                return lines
+            soonest = min(active.wake_at_ms for active in self._active.values())
+            self._engine.scheduler.wait_for_change(max(0.001, (soonest - now) / 1000))
+
+    def _due(self, key: Hashable, active: _Active, now: int) -> bool:
+        """Whether pumping `key` can do anything: a finished run, or a start it may make."""
+        if active.wake_at_ms <= now:
+            return True
+        running = self._engine.scheduler.running(key)
+        if running is not None:
+            return running.future.done()
+        retry_at: int = active.cells.retry_at_ms.read() or 0
+        return retry_at <= now and self._engine.scheduler.has_slot()
+
+    def finish(self) -> list[tuple[Channel, bytes]]:
+        """Run every key to the end; returns the remaining lines."""
+        lines: list[tuple[Channel, bytes]] = []
+        while self._active:
+            lines.extend(self.advance(block=True))
+        return lines

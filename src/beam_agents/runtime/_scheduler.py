@@ -1,0 +1,150 @@
+"""Many keys in flight per worker: up to `max_in_flight` activations at once, one per key.
+
+A model call takes hundreds of milliseconds, so a worker that ran one
+activation at a time would wait out every call. The scheduler starts an
+activation on the runtime's event loop (async agents run there, sync agents on
+its bounded thread pool) and returns at once; the host collects the outcome
+later, in a callback that has the key's state in scope, and applies it there.
+
+It never runs two activations of one key at once (invariant 10), and a slot
+is freed when an activation *finishes*, not when the host gets round to
+applying it: a host waiting for a slot can never wait on a callback it blocks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from beam_agents._checks import require_int
+from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.metrics import MetricsSink
+from beam_agents.runtime._activation import NAMESPACE, ActivationRuntime, KeyedState, Outcome
+
+__all__ = ["Running", "Scheduler"]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """One activation in flight: the queued event it runs, from which state, and its future.
+
+    ``base_seq`` is the committed seq the activation started from; a host
+    applies the outcome only if the key's cells still hold it (see
+    `KeyedEngine.pump`).
+    """
+
+    event: bytes
+    attempt: int
+    base_seq: int
+    future: concurrent.futures.Future[Outcome]
+
+
+class Scheduler:
+    """Runs activations of different keys concurrently on one `ActivationRuntime`.
+
+    Thread-safe: hosts call it from their bundle or timer threads, and
+    activations finish on the runtime's loop.
+
+    Args:
+        runtime: Where activations run.
+        max_in_flight: Activations running at once, at least 1.
+        metrics: Receives ``beam_agents.runtime:in_flight`` (+1 at a start,
+            -1 at a finish), ``in_flight_peak`` (the most at once) and ``retries``
+            (starts of an attempt after the first).
+    """
+
+    def __init__(self, runtime: ActivationRuntime, *, max_in_flight: int,
+                 metrics: MetricsSink) -> None:
+        require_int(max_in_flight, name="--max_in_flight", low=1, field="max_in_flight")
+        self._runtime = runtime
+        self._max = max_in_flight
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._by_key: dict[Hashable, Running] = {}
+        self._busy = 0  # started and not yet finished
+        self._peak = 0
+
+    @property
+    def max_in_flight(self) -> int:
+        """The bound on activations running at once."""
+        return self._max
+
+    @property
+    def busy(self) -> int:
+        """Activations started and not yet finished."""
+        with self._lock:
+            return self._busy
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most activations that ever ran at once on this scheduler."""
+        with self._lock:
+            return self._peak
+
+    def running(self, key: Hashable) -> Running | None:
+        """The key's activation, finished or not, until the host takes its outcome."""
+        with self._lock:
+            return self._by_key.get(key)
+
+    def has_slot(self) -> bool:
+        """Whether another activation may start now."""
+        with self._lock:
+            return self._busy < self._max
+
+    def try_start(self, key: Hashable, state: KeyedState, event: bytes, *, attempt: int) -> bool:
+        """Start the activation of `event` for `key` if a slot is free; returns at once.
+
+        The check and the start are one step, so hosts on several threads
+        never run more than `max_in_flight` between them.
+
+        Returns:
+            Whether it started; False when every slot is taken.
+
+        Raises:
+            RuntimeError: `key` already has an activation whose outcome was not taken.
+        """
+        with self._lock:
+            if key in self._by_key:
+                raise RuntimeError(f"key {key!r} already has an activation in flight")
+            if self._busy >= self._max:
+                return False
+            self._busy += 1
+            self._peak = max(self._peak, self._busy)
+            future = self._runtime.submit(self._runtime.activate_async(
+                state, AgentEvent.FromString(event), attempt=attempt))
+            self._by_key[key] = Running(event=event, attempt=attempt, base_seq=state.seq,
+                                        future=future)
+        self._metrics.inc(NAMESPACE, "in_flight")
+        self._metrics.peak(NAMESPACE, "in_flight_peak", self._peak)
+        if attempt > 1:
+            self._metrics.inc(NAMESPACE, "retries")
+        future.add_done_callback(self._finished)
+        return True
+
+    def _finished(self, _: concurrent.futures.Future[Outcome]) -> None:
+        with self._changed:
+            self._busy -= 1
+            self._changed.notify_all()
+        self._metrics.inc(NAMESPACE, "in_flight", -1)
+
+    def take(self, key: Hashable, *, wait_s: float = 0.0) -> tuple[Running, Outcome] | None:
+        """The key's finished activation and its outcome, waiting up to `wait_s`; else None."""
+        with self._lock:
+            running = self._by_key.get(key)
+        if running is None:
+            return None
+        try:
+            outcome = running.future.result(timeout=wait_s)
+        except concurrent.futures.TimeoutError:
+            return None
+        with self._lock:
+            del self._by_key[key]
+        return running, outcome
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        """Block until an activation finishes, or `timeout_s` passes."""
+        with self._changed:
+            self._changed.wait(timeout_s)

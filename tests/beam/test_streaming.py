@@ -1,0 +1,165 @@
+"""The streaming host (`AgentDoFn`) on the streaming DirectRunner, fed by a `TestStream`.
+
+The DirectRunner runs processing-time timers on a test clock that starts at
+epoch 0, and the engine schedules them from the wall clock, so a stream
+either advances processing time past the wall clock (the wake timer pumps
+each key) or does not (offers pump, and the end-of-input timer drains each
+key when the watermark reaches infinity). Both must give the same lines.
+
+The runner works in this process: the collector and the provider's call
+counter are module globals that survive the DoFn's pickling by reference.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream as EventStream
+from apache_beam.transforms.window import TimestampedValue
+
+from beam_agents.beam import ERRORS, AgentDoFn, DecodeEvents
+from beam_agents.errors import ProviderUnavailable
+from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
+from beam_agents.runtime import AgentConfig, RetryPolicy
+from beam_agents.testing import ScriptedModel
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST_RETRY = RetryPolicy(retry_initial_ms=5, retry_max_ms=20, max_attempts=4)
+KEYED = beam.typehints.Tuple[bytes, bytes]
+
+#: Lines the pipeline wrote, by output; filled in this process by `collect`.
+COLLECTED: defaultdict[str, list[bytes]] = defaultdict(list)
+#: Provider calls per entity key, failed ones included, across every runtime built.
+CALLS: Counter[str] = Counter()
+#: How many of each key's first calls fail with a 503.
+FAIL_FIRST: dict[str, int] = {}
+_CALLS_LOCK = threading.Lock()
+
+
+def collect(line: bytes, channel: str) -> None:
+    COLLECTED[channel].append(line)
+
+
+def answer(request: ModelRequest) -> str | BaseException:
+    """Fails each key's first FAIL_FIRST[key] calls as unavailable, then answers."""
+    content = str(request.messages[-1]["content"])
+    who = content.split(":", 1)[0]
+    with _CALLS_LOCK:
+        CALLS[who] += 1
+        failing = CALLS[who] <= FAIL_FIRST.get(who, 0)
+    return ProviderUnavailable("503 from the test provider") if failing else f"ok {content}"
+
+
+def flaky_provider() -> ScriptedModel:
+    """Built by each runtime in setup(); the counts live in the module."""
+    return ScriptedModel(answer)
+
+
+def line(key: str, n: int, payload: str = "hi") -> bytes:
+    return json.dumps({"entity_key": key, "event_id": f"e{n:02d}", "event_time_ms": 1_000 * n,
+                       "payload": payload}).encode()
+
+
+def stream_of(batches: Iterable[list[bytes]], *, pump_by_timer: bool) -> EventStream:
+    """One TestStream step per batch; each key's events arrive in event-time order."""
+    stream = EventStream()
+    if pump_by_timer:
+        # Past the wall clock: from here on every wake timer the engine sets is due.
+        stream = stream.advance_processing_time(int(time.time()) + 86_400)
+    for step, batch in enumerate(batches, start=1):
+        stream = stream.add_elements([TimestampedValue(data, step) for data in batch])
+        if pump_by_timer:
+            stream = stream.advance_processing_time(1)
+        stream = stream.advance_watermark_to(step)
+    return stream.advance_watermark_to_infinity()
+
+
+def run_stream(stream: EventStream, config: AgentConfig, *,
+               provider: Callable[[], ScriptedModel] | None = None,
+               ) -> tuple[list[dict], list[dict]]:
+    COLLECTED.clear()
+    options = PipelineOptions(["--runner=DirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = TestPipeline(options=options)
+    decoded = (pipeline
+               | "Events" >> stream
+               | "Decode" >> beam.ParDo(DecodeEvents("json")).with_output_types(KEYED)
+               .with_outputs(ERRORS, main="events"))
+    activated = decoded.events | "Activate" >> beam.ParDo(
+        AgentDoFn(config, provider=provider)).with_input_types(KEYED).with_outputs(
+        ERRORS, main="intents")
+    _ = activated.intents | "KeepIntents" >> beam.Map(collect, "intents")
+    _ = ((decoded[ERRORS], activated[ERRORS])
+         | "AllErrors" >> beam.Flatten()
+         | "KeepErrors" >> beam.Map(collect, "errors"))
+    # Counters are not asserted here: this runner reports only a step's last bundle.
+    pipeline.run().wait_until_finish()
+    return ([json.loads(x) for x in COLLECTED["intents"]],
+            [json.loads(x) for x in COLLECTED["errors"]])
+
+
+def by_key(intents: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for intent in sorted(intents, key=lambda i: (i["entity_key"], i["seq"])):
+        grouped[intent["entity_key"]].append(intent)
+    return grouped
+
+
+COUNTER_BATCHES = [
+    [line("a", 0), line("b", 0), line("c", 0)],
+    [line("a", 1), b"not json", line("b", 1), line("a", 2)],
+    [line("c", 1), line("b", 2, "fail"), line("a", 3), line("b", 3)],
+    [line("c", 2), line("c", 3), line("b", 4), line("a", 4)],
+]
+
+
+@pytest.mark.parametrize("pump_by_timer", [True, False], ids=["wake_timer", "end_of_input"])
+def test_each_key_runs_in_event_time_order_with_its_dead_letters(pump_by_timer: bool) -> None:
+    """Seqs follow event time per key; an agent failure and an undecodable line dead-letter."""
+    intents, errors = run_stream(stream_of(COUNTER_BATCHES, pump_by_timer=pump_by_timer),
+                                 AgentConfig(agent="tests.agents:counter"))
+
+    order = {key: [(i["seq"], i["event_id"], json.loads(i["payload"])["count"]) for i in rows]
+             for key, rows in by_key(intents).items()}
+    assert order == {
+        "a": [(n + 1, f"e{n:02d}", n + 1) for n in range(5)],
+        "b": [(1, "e00", 1), (2, "e01", 2), (3, "e03", 3), (4, "e04", 4)],
+        "c": [(n + 1, f"e{n:02d}", n + 1) for n in range(4)],
+    }
+    stages = sorted((e["stage"], e.get("event_id", "")) for e in errors)
+    assert stages == [("STAGE_AGENT", "e02"), ("STAGE_DECODE", "")]
+    [decode_error] = [e for e in errors if e["stage"] == "STAGE_DECODE"]
+    assert decode_error["event"] == "not json"  # the original bytes, for a redrive
+    [agent_error] = [e for e in errors if e["stage"] == "STAGE_AGENT"]
+    assert (agent_error["entity_key"], agent_error["seq"], agent_error["attempts"]) == ("b", 3, 1)
+
+
+@pytest.mark.parametrize("pump_by_timer", [True, False], ids=["wake_timer", "end_of_input"])
+def test_an_outage_suspends_the_key_and_each_call_is_paid_once(pump_by_timer: bool) -> None:
+    """0 dead letters; calls = distinct requests + K failed ones; the suspended key keeps order."""
+    CALLS.clear()
+    FAIL_FIRST.clear()
+    FAIL_FIRST["blip"] = 3
+    batches = [[line("blip", n, f"m{n}"), line("calm", n, f"m{n}")] for n in range(4)]
+    config = AgentConfig(agent="tests.agents:ask", retry=FAST_RETRY,
+                         model=ModelConfig(breaker=BreakerConfig(failure_threshold=1000)))
+    intents, errors = run_stream(stream_of(batches, pump_by_timer=pump_by_timer), config,
+                                 provider=flaky_provider)
+
+    assert errors == []
+    assert dict(CALLS) == {"blip": 4 + 3, "calm": 4}
+    assert sorted(by_key(intents)) == ["blip", "calm"]
+    for key, rows in by_key(intents).items():
+        answers = [json.loads(i["payload"]) for i in rows]
+        assert [(i["seq"], i["event_id"]) for i in rows] == [
+            (n + 1, f"e{n:02d}") for n in range(4)], key
+        assert [a["text"] for a in answers] == [f"ok {key}: m{n}" for n in range(4)], key

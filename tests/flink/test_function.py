@@ -1,0 +1,276 @@
+"""AgentKeyedProcessFunction's callbacks, driven in process the way PyFlink drives them.
+
+No MiniCluster: a fake keyed backend switches the current key before each
+callback, as PyFlink's does, and the test fires the timers the function
+registers, with a real runtime behind it. The MiniCluster tests show the same
+function end to end; these pin the timer protocol and the backpressure rule
+(invariants 8 and 10) in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyflink.datastream import TimeDomain
+
+from beam_agents.errors import ProviderUnavailable
+from beam_agents.flink import ERRORS, AgentKeyedProcessFunction
+from beam_agents.flink import _function as function_module
+from beam_agents.flink._function import END_OF_INPUT_MS, MAX_QUEUED_PER_KEY
+from beam_agents.hosting import start_runtime
+from beam_agents.model import ModelRequest
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
+from beam_agents.testing import ScriptedModel
+from tests import agents
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Backend:
+    """Keyed state of every key; `key` is the key in scope, set before each callback."""
+
+    def __init__(self) -> None:
+        self.key = ""
+        self.values: dict[str, dict[str, Any]] = defaultdict(dict)
+
+
+class _Value:
+    def __init__(self, backend: _Backend, name: str) -> None:
+        self._backend, self._name = backend, name
+
+    def value(self) -> Any:
+        return self._backend.values[self._name].get(self._backend.key)
+
+    def update(self, value: Any) -> None:
+        self._backend.values[self._name][self._backend.key] = value
+
+
+class _List(_Value):
+    def get(self) -> list[Any]:
+        return list(self.value() or [])
+
+    def add(self, value: Any) -> None:
+        self.update([*self.get(), value])
+
+    def clear(self) -> None:
+        self._backend.values[self._name].pop(self._backend.key, None)
+
+
+class _Group:
+    """A metric group that accepts counters and gauges and keeps nothing."""
+
+    def add_group(self, name: str) -> _Group:
+        return self
+
+    def counter(self, name: str) -> _Group:
+        return self
+
+    def gauge(self, name: str, read: Any) -> None:
+        pass
+
+    def inc(self, value: int = 1) -> None:
+        pass
+
+
+class _RuntimeContext:
+    def __init__(self, backend: _Backend) -> None:
+        self._backend = backend
+
+    def get_state(self, descriptor: Any) -> _Value:
+        return _Value(self._backend, descriptor.name)
+
+    def get_list_state(self, descriptor: Any) -> _List:
+        return _List(self._backend, descriptor.name)
+
+    def get_metrics_group(self) -> _Group:
+        return _Group()
+
+
+class _Context:
+    """What PyFlink hands a callback: the key, a timer service, and a timer's domain."""
+
+    def __init__(self, operator: _Operator, key: str, domain: TimeDomain | None = None) -> None:
+        self._operator, self._key, self._domain = operator, key, domain
+
+    def get_current_key(self) -> str:
+        return self._key
+
+    def timer_service(self) -> _Context:
+        return self
+
+    def time_domain(self) -> TimeDomain | None:
+        return self._domain
+
+    def current_processing_time(self) -> int:
+        return int(time.time() * 1000)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._operator.processing_timers.add((timestamp, self._key))
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._operator.event_timers.add((timestamp, self._key))
+
+
+class _Operator:
+    """Runs the function like PyFlink's keyed operator: elements, then the timers it set."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.backend = _Backend()
+        self.function = AgentKeyedProcessFunction(config)
+        self.function.open(_RuntimeContext(self.backend))  # type: ignore[arg-type]
+        self.processing_timers: set[tuple[int, str]] = set()
+        self.event_timers: set[tuple[int, str]] = set()
+        self.intents: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+
+    def element(self, key: str, event: bytes) -> None:
+        self.backend.key = key
+        self._collect(self.function.process_element((key, event), _Context(self, key)))
+
+    def fire_processing_timers(self, *, until_idle: bool) -> None:
+        """Fire the due processing-time timers, in time order; optionally until none is left."""
+        while self.processing_timers:
+            now = int(time.time() * 1000)
+            due = sorted(t for t in self.processing_timers if t[0] <= now)
+            if not due:
+                if not until_idle:
+                    return
+                time.sleep(0.005)
+                continue
+            for timer in due:
+                self.processing_timers.discard(timer)
+                self._fire(timer, TimeDomain.PROCESSING_TIME)
+
+    def end_of_input(self) -> None:
+        """The final watermark: every event-time timer fires; pending processing ones never do."""
+        self.processing_timers.clear()
+        for timer in sorted(self.event_timers):
+            self._fire(timer, TimeDomain.EVENT_TIME)
+        self.event_timers.clear()
+
+    def queued(self, key: str) -> int:
+        return len(self.backend.values["queue"].get(key) or [])
+
+    def close(self) -> None:
+        self.function.close()
+
+    def _fire(self, timer: tuple[int, str], domain: TimeDomain) -> None:
+        timestamp, key = timer
+        self.backend.key = key
+        self._collect(self.function.on_timer(timestamp, _Context(self, key, domain)))
+
+    def _collect(self, outputs: Iterator[Any]) -> None:
+        for output in outputs:
+            if isinstance(output, tuple):
+                assert output[0] is ERRORS
+                self.errors.append(json.loads(output[1]))
+            else:
+                self.intents.append(json.loads(output))
+
+
+def _event(key: str, n: int) -> bytes:
+    return AgentEvent(entity_key=key.encode(), event_id=f"e{n:02d}", event_time_ms=1_000 + n,
+                      payload=f"m{n}".encode()).SerializeToString(deterministic=True)
+
+
+def _payloads(intents: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [json.loads(i["payload"]) for i in intents if i["entity_key"] == key]
+
+
+def test_keys_run_at_once_and_each_key_commits_in_event_time_order() -> None:
+    """Many keys in flight per instance; per key one at a time, seq following event time."""
+    agents.TIMED.clear()
+    operator = _Operator(AgentConfig(agent="tests.agents:timed", max_in_flight=16))
+    keys = [f"k{k}" for k in range(8)]
+    try:
+        for n, key in itertools.product(range(5), keys):
+            operator.element(key, _event(key, n))
+            operator.fire_processing_timers(until_idle=False)
+        operator.fire_processing_timers(until_idle=True)
+        operator.end_of_input()
+    finally:
+        operator.close()
+
+    assert operator.errors == []
+    for key in keys:
+        ran = _payloads(operator.intents, key)
+        assert [(r["seq"], r["event"]) for r in ran] == [(n + 1, f"e{n:02d}") for n in range(5)]
+        assert operator.queued(key) == 0
+    spans = sorted((start, end) for _, _, _, start, end in agents.TIMED)
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans))  # keys overlapped
+
+
+def test_every_key_registers_the_end_of_input_timer_and_it_drains_the_queue() -> None:
+    """With no processing-time timer fired at all, the final watermark still runs everything."""
+    operator = _Operator(AgentConfig(agent="tests.agents:counter"))
+    try:
+        for n, key in itertools.product(range(4), ("a", "b", "c")):
+            operator.element(key, _event(key, n))
+        assert operator.event_timers == {(END_OF_INPUT_MS, key) for key in ("a", "b", "c")}
+        assert operator.processing_timers  # it asked to be called back
+        operator.end_of_input()
+    finally:
+        operator.close()
+
+    for key in ("a", "b", "c"):
+        assert [p["count"] for p in _payloads(operator.intents, key)] == [1, 2, 3, 4]
+        assert operator.queued(key) == 0
+
+
+def test_a_key_that_runs_ahead_holds_the_input() -> None:
+    """After each element the key holds at most MAX_QUEUED_PER_KEY events, its running one too."""
+    operator = _Operator(AgentConfig(agent="tests.agents:timed"))
+    try:
+        for n in range(8):
+            operator.element("hot", _event("hot", n))
+            assert operator.queued("hot") <= MAX_QUEUED_PER_KEY
+        operator.end_of_input()
+    finally:
+        operator.close()
+    assert [p["seq"] for p in _payloads(operator.intents, "hot")] == list(range(1, 9))
+
+
+def test_a_suspended_key_does_not_hold_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 10: a suspended key's later events wait in its queue; other keys go on."""
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def answer(request: ModelRequest) -> str | BaseException:
+        content = str(request.messages[-1]["content"])
+        with lock:
+            calls.append(content)
+        return ProviderUnavailable("503") if content.startswith("down") else f"ok {content}"
+
+    model = ScriptedModel(answer)
+    monkeypatch.setattr(function_module, "start_runtime",
+                        lambda config, metrics: start_runtime(config, metrics=metrics,
+                                                              provider=model))
+    # A long backoff: the head stays suspended for the whole test.
+    config = AgentConfig(agent="tests.agents:ask",
+                         retry=RetryPolicy(retry_initial_ms=60_000, retry_max_ms=60_000))
+    operator = _Operator(config)
+    try:
+        started = time.monotonic()
+        for n in range(5):
+            operator.element("down", _event("down", n))
+        operator.element("up", _event("up", 0))
+        operator.fire_processing_timers(until_idle=False)
+        waited_s = time.monotonic() - started
+        deadline = time.monotonic() + 10
+        while not operator.intents and time.monotonic() < deadline:
+            operator.fire_processing_timers(until_idle=False)
+            time.sleep(0.005)
+    finally:
+        operator.close()
+
+    assert operator.queued("down") == 5 and operator.errors == []
+    assert [c for c in calls if c.startswith("down")] == ["down: m0"]
+    assert [p["text"] for p in _payloads(operator.intents, "up")] == ["ok up: m0"]
+    assert waited_s < 5  # no element waited out the 60 s backoff

@@ -1,0 +1,245 @@
+"""The engine: many keys in flight, per-key event-time order, suspension and exhaustion.
+
+Driven through `KeyRuns` (the batch host's driver) over in-process cells, with
+a real `ActivationRuntime` and a scripted provider; invariants 1, 9 and 10.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable
+
+import pytest
+
+from beam_agents.errors import ConfigError, ProviderUnavailable
+from beam_agents.hosting import agent_config_from_mapping, start_runtime
+from beam_agents.metrics import RecordingMetrics
+from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
+from beam_agents.runtime import (
+    AgentConfig,
+    AgentEvent,
+    KeyedEngine,
+    RetryPolicy,
+    Scheduler,
+    error_from_json,
+)
+from beam_agents.runtime._batch import KeyRuns
+from beam_agents.testing import ScriptedModel
+from tests import agents
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST_RETRY = RetryPolicy(retry_initial_ms=5, retry_max_ms=20, max_attempts=4)
+
+
+class Clock:
+    """Milliseconds from the wall clock's monotonic cousin, as a host would pass."""
+
+    def __call__(self) -> int:
+        import time  # noqa: PLC0415
+
+        return int(time.monotonic() * 1000)
+
+
+def event(key: str, n: int, *, time_ms: int | None = None) -> bytes:
+    return AgentEvent(entity_key=key.encode(), event_id=f"e{n:03d}",
+                      event_time_ms=1_000 * n if time_ms is None else time_ms,
+                      payload=f"m{n}".encode()).SerializeToString(deterministic=True)
+
+
+def run(agent: str, groups: dict[str, list[bytes]], *, max_in_flight: int = 64,
+        retry: RetryPolicy = FAST_RETRY, provider: ScriptedModel | None = None,
+        ) -> tuple[list[tuple[str, bytes]], RecordingMetrics, Scheduler]:
+    metrics = RecordingMetrics()
+    # A breaker that never opens, so every attempt reaches the provider and can be counted.
+    config = AgentConfig(agent=f"tests.agents:{agent}", max_in_flight=max_in_flight, retry=retry,
+                         model=ModelConfig(breaker=BreakerConfig(failure_threshold=1000)))
+    with start_runtime(config, metrics=metrics, provider=provider) as runtime:
+        scheduler = Scheduler(runtime, max_in_flight=max_in_flight, metrics=metrics)
+        runs = KeyRuns(KeyedEngine(scheduler, retry=retry, metrics=metrics), clock_ms=Clock())
+        lines: list[tuple[str, bytes]] = []
+        for key, events in groups.items():
+            lines.extend(runs.add(key, events))
+            lines.extend(runs.advance(block=False))
+        lines.extend(runs.finish())
+    return lines, metrics, scheduler
+
+
+def by_key(lines: list[tuple[str, bytes]]) -> dict[str, list[dict[str, object]]]:
+    grouped: dict[str, list[dict[str, object]]] = defaultdict(list)
+    for channel, line in lines:
+        doc = json.loads(line)
+        grouped[doc["entity_key"]].append({"channel": channel, **doc})
+    return grouped
+
+
+def test_keys_run_concurrently_one_at_a_time_each_in_event_time_order() -> None:
+    """100 keys x 20 events, shuffled: no overlap within a key, seqs follow event time."""
+    shuffled = [(f"k{k:03d}", n) for k in range(100) for n in range(20)]
+    random.Random(7).shuffle(shuffled)
+    groups: dict[str, list[bytes]] = defaultdict(list)
+    for key, n in shuffled:
+        groups[key].append(event(key, n))
+    agents.TIMED.clear()
+    lines, metrics, scheduler = run("timed", groups, max_in_flight=64)
+
+    assert len(lines) == 2000 and {channel for channel, _ in lines} == {"intents"}
+    for key, intents in by_key(lines).items():
+        order = [json.loads(str(i["payload"])) for i in intents]
+        assert [o["seq"] for o in order] == list(range(1, 21)), key
+        assert [o["event"] for o in order] == [f"e{n:03d}" for n in range(20)], key
+    runs: dict[bytes, list[tuple[float, float]]] = defaultdict(list)
+    for key, _, _, start, end in agents.TIMED:
+        runs[key].append((start, end))
+    for key, spans in runs.items():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), key
+    assert 1 < scheduler.peak_in_flight <= 64
+    assert metrics.get("beam_agents.runtime", "in_flight") == 0
+    assert metrics.get("beam_agents.runtime", "queued") == 0
+
+
+def test_the_output_does_not_depend_on_the_input_order() -> None:
+    events = [(f"k{k}", n) for k in range(5) for n in range(6)]
+
+    def output(order: list[tuple[str, int]]) -> list[bytes]:
+        groups: dict[str, list[bytes]] = defaultdict(list)
+        for key, n in order:
+            groups[key].append(event(key, n))
+        lines, _, _ = run("counter", dict(sorted(groups.items())))
+        return sorted(line for _, line in lines)
+
+    shuffled = list(events)
+    random.Random(3).shuffle(shuffled)
+    assert output(shuffled) == output(events)
+
+
+def flaky(fail_first: dict[str, int]) -> tuple[ScriptedModel, Counter[str]]:
+    """A provider that fails each key's first N calls with a 503, then answers."""
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def answer(request: ModelRequest) -> str | BaseException:
+        content = str(request.messages[-1]["content"])
+        who = content.split(":", 1)[0]
+        with lock:
+            calls[who] += 1
+            failing = calls[who] <= fail_first.get(who, 0)
+        return ProviderUnavailable("503 from the test server") if failing else f"ok {content}"
+
+    return ScriptedModel(answer), calls
+
+
+def test_a_transient_outage_suspends_the_key_and_its_retry_replays_nothing_twice() -> None:
+    """0 dead letters; calls = distinct requests + K failures; the key's later events wait."""
+    model, calls = flaky({"blip": 2})
+    groups = {key: [event(key, n) for n in range(3)] for key in ("blip", "calm")}
+    backoff = RetryPolicy(retry_initial_ms=200, retry_max_ms=400, max_attempts=4)
+    lines, metrics, _ = run("ask", groups, provider=model, retry=backoff)
+
+    assert [channel for channel, _ in lines].count("errors") == 0
+    assert calls == Counter({"blip": 3 + 2, "calm": 3})
+    answers = {key: [json.loads(str(i["payload"])) for i in docs]
+               for key, docs in by_key(lines).items()}
+    assert [a["seq"] for a in answers["blip"]] == [1, 2, 3]
+    assert answers["blip"][0]["text"] == "ok blip: m0"
+    assert metrics.get("beam_agents.runtime", "suspended") == 2
+    assert metrics.get("beam_agents.runtime", "retries") == 2
+    # Other keys are not held up: all of calm's work is out while blip still backs off.
+    owners = [json.loads(line)["entity_key"] for _, line in lines]
+    assert owners[:3] == ["calm"] * 3 and owners[3:] == ["blip"] * 3
+
+
+def test_a_retry_replays_the_calls_the_failed_attempt_paid_for() -> None:
+    """Invariant 9: a call paid before the failure is not paid again by the retry."""
+    paid: Counter[str] = Counter()
+    failed_once = threading.Event()
+
+    def answer(request: ModelRequest) -> str | BaseException:
+        content = str(request.messages[-1]["content"])
+        paid[content] += 1
+        if content.startswith("second") and not failed_once.is_set():
+            failed_once.set()
+            return ProviderUnavailable("503")
+        return f"re: {content}"
+
+    groups = {"k": [AgentEvent(entity_key=b"k", event_id="e1", event_time_ms=1,
+                               payload=b"x").SerializeToString()]}
+    lines, _, _ = run("two_calls", groups, provider=ScriptedModel(answer))
+    assert [channel for channel, _ in lines] == ["intents"]
+    assert paid == Counter({"first x": 1, "second x": 2})
+
+
+def test_a_provider_that_never_recovers_dead_letters_each_event_after_max_attempts() -> None:
+    model, calls = flaky({"down": 10**6})
+    groups = {"down": [event("down", n) for n in range(2)], "up": [event("up", 0)]}
+    lines, metrics, _ = run("ask", groups, provider=model)
+
+    errors = [error_from_json(line) for channel, line in lines if channel == "errors"]
+    assert [(e.event_id, e.attempts, e.retriable) for e in errors] == [
+        ("e000", 4, True), ("e001", 4, True)]
+    assert calls["down"] == 2 * FAST_RETRY.max_attempts and calls["up"] == 1
+    assert metrics.get("beam_agents.runtime", "retries_exhausted") == 2
+
+
+def test_a_permanent_failure_is_dead_lettered_at_once() -> None:
+    groups = {"k": [AgentEvent(entity_key=b"k", event_id="e1", event_time_ms=1,
+                               payload=b"fail").SerializeToString()]}
+    lines, metrics, _ = run("counter", groups)
+    (channel, line), = lines
+    assert channel == "errors" and error_from_json(line).attempts == 1
+    assert metrics.get("beam_agents.runtime", "suspended") == 0
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    ({"max_in_flight": 0}, "--max_in_flight"),
+    ({"agent_threads": 0}, "--agent_threads"),
+    ({"retry": {"retry_initial_ms": -1}}, "--retry_initial_ms"),
+    ({"retry": {"retry_max_ms": -5}}, "--retry_max_ms"),
+    ({"retry": {"max_attempts": -1}}, "--max_attempts"),
+])
+def test_bad_engine_settings_raise_a_config_error_naming_the_flag(
+        flags: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        agent_config_from_mapping({"agent": "tests.agents:counter", **flags})
+
+
+def test_the_backoff_grows_is_capped_and_is_the_same_every_time() -> None:
+    policy = RetryPolicy(retry_initial_ms=1_000, retry_max_ms=60_000, max_attempts=8)
+    delays: list[Callable[[], int]] = [
+        lambda a=attempt: policy.delay_ms(b"k", 3, a) for attempt in range(1, 9)]
+    first = [delay() for delay in delays]
+    assert first == [delay() for delay in delays]
+    for attempt, value in enumerate(first, start=1):
+        step = min(60_000, 1_000 * 2 ** (attempt - 1))
+        assert step // 2 <= value <= step
+    assert policy.delay_ms(b"k", 3, 1) != policy.delay_ms(b"j", 3, 1) or (
+        policy.delay_ms(b"k", 4, 1) != policy.delay_ms(b"k", 3, 1))
+    assert policy.gives_up_after(8) and not policy.gives_up_after(7)
+
+
+def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> None:
+    """A key restored or committed elsewhere while its activation ran keeps its own state."""
+    from beam_agents.runtime import BagCell, KeyCells, StateCells, ValueCell  # noqa: PLC0415
+
+    metrics = RecordingMetrics()
+    config = AgentConfig(agent="tests.agents:counter")
+    with start_runtime(config, metrics=metrics) as runtime:
+        engine = KeyedEngine.over(runtime)
+        cells = KeyCells(state=StateCells(ValueCell(), ValueCell(), ValueCell()),
+                         queue=BagCell(), attempt=ValueCell(), retry_at_ms=ValueCell())
+        first = event("k", 1)
+        engine.offer("k", cells, first, 0)
+        assert engine.scheduler.running("k") is not None
+        cells.state.seq.write(7)  # meanwhile the key's state moved on to seq 7
+        step = engine.pump("k", cells, 0, wait_s=30)
+        assert step.lines == () and cells.state.memory.read() is None
+        assert metrics.get("beam_agents.runtime", "stale_outcomes") == 1
+        # The event is still queued and runs again from the state the cells hold now.
+        step = engine.drain("k", cells, clock_ms=Clock())
+        (channel, line), = step.lines
+        assert channel == "intents" and json.loads(line)["seq"] == 8
