@@ -54,6 +54,7 @@ demo: $(VENV)/.installed
 	    --errors_path out/errors.jsonl \
 	    --agent examples.support_agent:agent \
 	    --model_latency_ms 100 --model_outage 40:4 \
+	    --call_journal sqlite --call_journal_path out/calls.sqlite \
 	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"

@@ -129,6 +129,42 @@ resource "google_firestore_database" "memory" {
   depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.service_agents]
 }
 
+# The model-call journal (invariant 9): one document per paid model call, in its own collection
+# of the same database, so a replayed activation reads its responses instead of paying again.
+# Entries carry `expire_at`; the TTL policy deletes them (typically within 24 hours of expiry).
+# Firestore cannot delete a field configuration: destroy clears the TTL policy and the index
+# exemptions, and the entries stay without expiring.
+resource "google_firestore_field" "call_journal_expire_at" {
+  project    = google_firestore_database.memory.project
+  database   = google_firestore_database.memory.name
+  collection = var.call_journal_collection
+  field      = "expire_at"
+
+  ttl_config {}
+
+  # Nothing filters or orders on expire_at, and TTL deletion needs no index. An indexed field
+  # whose values only increase would cap the collection at 500 writes per second.
+  index_config {}
+
+  lifecycle {
+    precondition {
+      condition     = var.call_journal_collection != var.firestore_collection
+      error_message = "call_journal_collection must differ from firestore_collection: the journal needs a collection of its own."
+    }
+  }
+}
+
+# Nothing filters or orders on the response bytes (up to ~1 MB); indexing them would only add
+# write latency and storage.
+resource "google_firestore_field" "call_journal_response" {
+  project    = google_firestore_database.memory.project
+  database   = google_firestore_database.memory.name
+  collection = var.call_journal_collection
+  field      = "response"
+
+  index_config {}
+}
+
 # ---------------------------------------------------------------------------
 # Pub/Sub: every topic has a subscription, so nothing published is lost (invariant 8).
 # ---------------------------------------------------------------------------
@@ -391,6 +427,9 @@ resource "google_dataflow_flex_template_job" "pipeline" {
     firestore_collection = var.firestore_collection
     # Without this the Firestore parameters are ignored and long-term memory is off.
     longterm_store = "firestore"
+    # The journal shares firestore_project and firestore_database (invariant 9).
+    call_journal            = "firestore"
+    call_journal_collection = google_firestore_field.call_journal_expire_at.collection
   }
 
   lifecycle {

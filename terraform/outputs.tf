@@ -45,6 +45,11 @@ output "firestore_collection" {
   value       = var.firestore_collection
 }
 
+output "call_journal_collection" {
+  description = "Firestore collection of the model-call journal, with its expire_at TTL policy in place: the call_journal_collection job parameter (with call_journal=firestore)."
+  value       = google_firestore_field.call_journal_expire_at.collection
+}
+
 output "service_account_email" {
   description = "Email of the Dataflow worker service account (gcloud dataflow flex-template run --service-account-email)."
   value       = google_service_account.worker.email

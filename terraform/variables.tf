@@ -60,7 +60,7 @@ variable "kms_key_name" {
 }
 
 # ---------------------------------------------------------------------------
-# Firestore (long-term memory store)
+# Firestore (long-term memory store and model-call journal)
 # ---------------------------------------------------------------------------
 
 variable "firestore_database_id" {
@@ -93,6 +93,17 @@ variable "firestore_collection" {
   validation {
     condition     = can(regex("^[A-Za-z0-9_-]{1,100}$", var.firestore_collection)) && !can(regex("^__.*__$", var.firestore_collection))
     error_message = "firestore_collection must be 1-100 characters of letters, digits, underscores and hyphens, and must not match __.*__ (reserved by Firestore)."
+  }
+}
+
+variable "call_journal_collection" {
+  description = "Firestore collection, in the same database, that holds the model-call journal: one document per paid model call, deleted by a TTL policy on its expire_at field (passed to the job as call_journal_collection). Must differ from firestore_collection."
+  type        = string
+  default     = "beam_agents_calls"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,100}$", var.call_journal_collection)) && !can(regex("^__.*__$", var.call_journal_collection))
+    error_message = "call_journal_collection must be 1-100 characters of letters, digits, underscores and hyphens, and must not match __.*__ (reserved by Firestore)."
   }
 }
 

@@ -32,6 +32,7 @@ SUMMARY_COUNTERS = (
     ("activations committed", "beam_agents.runtime", "committed"),
     ("model calls failed", "beam_agents.model", "provider_errors"),
     ("model calls replayed", "beam_agents.model", "cache_hits"),
+    ("replayed from journal", "beam_agents.model", "journal_hits"),
     ("suspensions", "beam_agents.runtime", "suspended"),
     ("retries", "beam_agents.runtime", "retries"),
     ("retries exhausted", "beam_agents.runtime", "retries_exhausted"),

@@ -16,7 +16,9 @@ split by who has to act on it::
     │   ├── MemoryUnavailable         unreachable or failing; retriable
     │   ├── ScopeViolation            a write crossed a tenant boundary (invariant 7)
     │   ├── MemoryContractError       the store or caller broke the write protocol
-    │   └── StoreLimitError           a record or commit exceeds the backend's limits
+    │   ├── StoreLimitError           a record or commit exceeds the backend's limits
+    │   ├── JournalUnavailable        the call journal is unreachable or failing; retriable
+    │   └── JournalCorruptError       a stored journal row does not decode; names the key
     ├── ModelError                    the model provider
     │   ├── ProviderUnavailable       429, 5xx, timeout, open breaker; retriable
     │   └── ProviderRejected          other 4xx; not retriable
@@ -37,6 +39,8 @@ __all__ = [
     "ConfigError",
     "EventDecodeError",
     "IntentTooLargeError",
+    "JournalCorruptError",
+    "JournalUnavailable",
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
@@ -154,6 +158,21 @@ class ScopeViolation(StoreError):
 
 class MemoryContractError(StoreError):
     """The write protocol was broken: unowned background work, unpublished required ids."""
+
+
+class JournalUnavailable(StoreError):
+    """The call journal could not be read or written; the activation suspends (invariant 9)."""
+
+    retriable = True
+
+
+class JournalCorruptError(StoreError):
+    """A stored journal row does not decode, or belongs to another key; names the store and key."""
+
+    def __init__(self, message: str, *, store: str, key: str) -> None:
+        super().__init__(message)
+        self.store = store
+        self.key = key
 
 
 class StoreLimitError(StoreError, ValueError):

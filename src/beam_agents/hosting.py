@@ -36,12 +36,17 @@ from beam_agents.metrics import MetricsSink
 from beam_agents.model import ModelConfig, ModelProvider
 from beam_agents.model.providers import build_provider
 from beam_agents.runtime import ActivationRuntime, AgentConfig, RetryPolicy
-from beam_agents.stores import longterm_config_from_mapping
+from beam_agents.stores import (
+    FirestoreCallJournalConfig,
+    SqliteCallJournalConfig,
+    longterm_config_from_mapping,
+)
 
 __all__ = [
     "add_agent_flags",
     "agent_config_from_flags",
     "agent_config_from_mapping",
+    "call_journal_config_from_mapping",
     "load_agent",
     "start_runtime",
 ]
@@ -77,7 +82,7 @@ _RETRY_FLAGS = (
 )
 _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
                            "max_intent_bytes", "traceback_bytes", "max_in_flight",
-                           "agent_threads", "retry"})
+                           "agent_threads", "retry", "call_journal", "call_journal_ttl_ms"})
 
 
 def load_agent(reference: str) -> Callable[..., Any]:
@@ -126,7 +131,8 @@ def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
     agent = load_agent(config.agent)
     model = provider if provider is not None else build_provider(config.model)
     store = config.longterm_memory.open() if config.longterm_memory is not None else None
-    return ActivationRuntime(config, agent=agent, provider=model, store=store,
+    journal = config.call_journal.open() if config.call_journal is not None else None
+    return ActivationRuntime(config, agent=agent, provider=model, store=store, journal=journal,
                              clock=time.monotonic, metrics=metrics)
 
 
@@ -152,6 +158,8 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
         kwargs["compactor"] = LruCompactor(**kwargs["compactor"])
     if isinstance(kwargs.get("longterm_memory"), Mapping):
         kwargs["longterm_memory"] = longterm_config_from_mapping(kwargs["longterm_memory"])
+    if isinstance(kwargs.get("call_journal"), Mapping):
+        kwargs["call_journal"] = call_journal_config_from_mapping(kwargs["call_journal"])
     if isinstance(kwargs.get("retry"), Mapping):
         retry = dict(kwargs["retry"])
         known = {f.name for f in dataclasses.fields(RetryPolicy)}
@@ -160,6 +168,27 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
                               f"{', '.join(sorted(known))}", field=f"retry.{unknown[0]}")
         kwargs["retry"] = RetryPolicy(**retry)
     return AgentConfig(**kwargs)
+
+
+def call_journal_config_from_mapping(
+        data: Mapping[str, Any]) -> SqliteCallJournalConfig | FirestoreCallJournalConfig:
+    """A journal config from plain data: ``{"backend": "sqlite"|"firestore", ...fields}``.
+
+    Raises:
+        ConfigError: unknown backend or field, named as ``call_journal.<field>``.
+    """
+    fields = dict(data)
+    backend = fields.pop("backend", None)
+    classes: dict[str, type[SqliteCallJournalConfig] | type[FirestoreCallJournalConfig]] = {
+        "sqlite": SqliteCallJournalConfig, "firestore": FirestoreCallJournalConfig}
+    if backend not in classes:
+        raise ConfigError(f"call_journal.backend must be one of {sorted(classes)}, got "
+                          f"{backend!r}", field="call_journal.backend")
+    known = {f.name for f in dataclasses.fields(classes[backend])}
+    if unknown := sorted(set(fields) - known):
+        raise ConfigError(f"unknown call_journal field(s) for {backend}: {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}", field=f"call_journal.{unknown[0]}")
+    return classes[backend](**fields)
 
 
 def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
@@ -192,6 +221,15 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
                        help="Long-term memory backend (default none).")
     for flag, _, text in _STORE_FLAGS:
         store.add_argument(f"--{flag}", help=text)
+    journal = parser.add_argument_group("call journal")
+    journal.add_argument("--call_journal", choices=("none", "sqlite", "firestore"),
+                         help="Durable journal of paid model calls, so a retry, crash, restore "
+                         "or rerun replays instead of paying again (default none).")
+    journal.add_argument("--call_journal_path", help="SQLite file of the journal (sqlite).")
+    journal.add_argument("--call_journal_collection", help="Firestore collection of the "
+                         "journal (firestore; with --firestore_project/--firestore_database).")
+    journal.add_argument("--call_journal_ttl_ms", type=int, help="How long a journal entry "
+                         "lives, in ms (default 604800000, a week).")
 
 
 def _read_local(path: str) -> str:
@@ -204,6 +242,21 @@ def _outage(text: str) -> tuple[int, int]:
         return int(first), int(count)
     raise ConfigError(f"--model_outage must be FIRST:COUNT with FIRST >= 1, e.g. 40:4, got "
                       f"{text!r}", field="model_outage")
+
+
+def _journal_flags(given: Callable[[str], Any], data: dict[str, Any]) -> None:
+    if given("call_journal_ttl_ms") is not None:
+        data["call_journal_ttl_ms"] = given("call_journal_ttl_ms")
+    backend = given("call_journal")
+    if backend == "none":
+        data["call_journal"] = None
+    elif backend == "sqlite":
+        data["call_journal"] = {"backend": "sqlite", "path": given("call_journal_path")}
+    elif backend == "firestore":
+        settings = {"backend": "firestore", "project": given("firestore_project"),
+                    "database": given("firestore_database"),
+                    "collection": given("call_journal_collection")}
+        data["call_journal"] = {k: v for k, v in settings.items() if v is not None}
 
 
 def agent_config_from_flags(values: Mapping[str, Any], *,
@@ -251,6 +304,7 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
     if given("model_outage") is not None:
         model["outage_first_call"], model["outage_calls"] = _outage(given("model_outage"))
     data["model"] = model
+    _journal_flags(given, data)
     backend = given("longterm_store")
     if backend == "none":
         data["longterm_memory"] = None

@@ -36,6 +36,8 @@ FLEX_TEMPLATE_PARAMETERS = frozenset(
         "firestore_database",
         "firestore_collection",
         "longterm_store",
+        "call_journal",
+        "call_journal_collection",
     }
 )
 
@@ -50,6 +52,7 @@ EXPECTED_OUTPUTS = frozenset(
         "firestore_project",
         "firestore_database",
         "firestore_collection",
+        "call_journal_collection",
         "service_account_email",
         "staging_bucket",
         "temp_location",
@@ -64,6 +67,27 @@ EXPECTED_OUTPUTS = frozenset(
 ALLOWED_PROJECT_ROLES = frozenset(
     {"roles/dataflow.worker", "roles/datastore.user", "roles/aiplatform.user"}
 )
+
+# Every role the worker holds, on any resource. The call journal lives in the long-term store's
+# database and adds none (terraform/README.md, "Worker IAM").
+WORKER_ROLES = ALLOWED_PROJECT_ROLES | {
+    "roles/pubsub.subscriber",
+    "roles/pubsub.viewer",
+    "roles/pubsub.publisher",
+    "roles/storage.objectAdmin",
+    "roles/artifactregistry.reader",
+}
+
+# The datastore.user condition, verbatim: exactly the module's database, nothing wider.
+FIRESTORE_CONDITION = (
+    'resource.name == "projects/${var.project_id}/databases/'
+    '${google_firestore_database.memory.name}"'
+)
+
+# Journal document fields nothing filters or orders on (src/beam_agents/stores/_journal_rules.py):
+# the TTL timestamp and the response bytes. Reads query entity_key_hex and seq, which keep theirs.
+JOURNAL_TTL_FIELD = "expire_at"
+JOURNAL_UNINDEXED_FIELDS = frozenset({JOURNAL_TTL_FIELD, "response"})
 
 REQUIRED_APIS = frozenset(
     {
@@ -337,6 +361,36 @@ def test_firestore_grant_is_confined_to_the_database() -> None:
     assert "google_firestore_database.memory.name" in condition["expression"]
 
 
+def test_worker_roles_are_exactly_the_pinned_set() -> None:
+    granted: set[str] = set()
+    for block in _blocks():
+        if block.type.endswith("_iam_member") and "google_service_account.worker" in _references(
+            block.body["member"]
+        ):
+            granted |= set(_ROLE.findall(block.text))
+    assert granted == WORKER_ROLES
+
+
+def test_call_journal_adds_no_grant() -> None:
+    """The journal rides on the one conditioned datastore.user grant, whose scope is unchanged."""
+    datastore = [
+        b for b in _blocks() if any(r.startswith("roles/datastore.") for r in _ROLE.findall(b.text))
+    ]
+    assert [(b.type, b.body["role"]) for b in datastore] == [
+        ("google_project_iam_member", "roles/datastore.user")
+    ]
+    (condition,) = datastore[0].body["condition"]
+    assert condition["expression"] == FIRESTORE_CONDITION
+    for field in _resources("google_firestore_field"):
+        assert field.body["database"] == "${google_firestore_database.memory.name}"
+    for block in _blocks():
+        if "_iam_" in block.type:
+            assert "call_journal" not in block.text, block.address
+            assert not any(
+                r.startswith("google_firestore_field.") for r in _references(block.text)
+            ), block.address
+
+
 # role -> (the only resource type that may grant it, its target argument, job parameters naming
 # the targets). Targets are read from the job's parameters, so IAM follows what the job uses.
 _SCOPED_ROLES = {
@@ -452,6 +506,61 @@ def test_firestore_database_is_native_with_pitr_and_delete_protection() -> None:
     assert _variables()["firestore_database_id"]["default"] == "beam-agents"
 
 
+def _journal_ttl_field() -> Block:
+    (block,) = [b for b in _resources("google_firestore_field") if "ttl_config" in b.body]
+    return block
+
+
+def test_call_journal_collection_variable_defaults_and_is_validated_like_the_store_one() -> None:
+    variables = _variables()
+    journal = variables["call_journal_collection"]
+    assert journal["default"] == "beam_agents_calls"
+    assert journal["type"] == "string"
+    conditions = [
+        v["condition"].replace("var.firestore_collection", "var.call_journal_collection")
+        for v in variables["firestore_collection"]["validation"]
+    ]
+    assert [v["condition"] for v in journal["validation"]] == conditions
+
+
+def test_call_journal_ttl_policy_is_on_expire_at_of_the_journal_collection() -> None:
+    body = _journal_ttl_field().body
+    assert body["ttl_config"] == [{}]
+    assert body["field"] == JOURNAL_TTL_FIELD
+    assert body["collection"] == "${var.call_journal_collection}"
+    assert body["database"] == "${google_firestore_database.memory.name}"
+    assert body["project"] == "${google_firestore_database.memory.project}"
+
+
+def test_call_journal_collection_differs_from_the_store_collection() -> None:
+    (lifecycle,) = _journal_ttl_field().body["lifecycle"]
+    conditions = [p["condition"] for p in lifecycle["precondition"]]
+    assert "${var.call_journal_collection != var.firestore_collection}" in conditions
+
+
+def test_call_journal_field_configs_only_disable_indexes() -> None:
+    """Only the journal's unqueried fields are configured, and only to drop their indexes."""
+    fields = {b.body["field"]: b for b in _resources("google_firestore_field")}
+    assert len(fields) == len(_resources("google_firestore_field")), "a field is configured twice"
+    assert set(fields) == JOURNAL_UNINDEXED_FIELDS
+    for block in fields.values():
+        assert block.body["index_config"] == [{}], block.address
+        assert block.body["collection"] == "${var.call_journal_collection}", block.address
+        assert block.body["database"] == "${google_firestore_database.memory.name}", block.address
+        assert block.body["project"] == "${google_firestore_database.memory.project}", block.address
+    assert "ttl_config" not in fields["response"].body
+
+
+def test_call_journal_output_and_job_parameters_name_the_ttl_collection() -> None:
+    ttl_field = _journal_ttl_field().address
+    assert _references(_outputs()["call_journal_collection"]["value"]) == {ttl_field}
+    assert _parameter_target("call_journal_collection") == ttl_field
+    assert _job_parameters()["call_journal"] == "firestore"
+    # The journal reuses the long-term store's project and database parameters.
+    assert _parameter_target("firestore_database") == "google_firestore_database.memory"
+    assert _parameter_target("firestore_project") == "google_firestore_database.memory"
+
+
 def test_bucket_is_private_versioned_and_expires_temp_files() -> None:
     body = _one("google_storage_bucket").body
     assert body["uniform_bucket_level_access"] is True
@@ -540,13 +649,16 @@ def test_job_parameter_names_match_the_flex_template() -> None:
 
 
 def test_job_parameters_give_the_pipeline_a_config_it_accepts() -> None:
-    """The provider the variable allows gets every setting it needs (gemini: project, location)."""
+    """The provider the variable allows gets every setting it needs, and the journal is on."""
     from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
 
     from beam_agents.beam import agent_config_from_options  # noqa: PLC0415
 
     samples = {"var.agent": "examples.support_agent:agent", "var.model_id": "gemini-2.5-flash",
                "local.model_location": "us-central1", "var.project_id": "my-project"}
+    journal_collection = _variables()["call_journal_collection"]["default"]
+    journal_reference = _job_parameters()["call_journal_collection"].removeprefix("${")
+    samples[journal_reference.removesuffix("}")] = journal_collection
     condition = _variables()["model_provider"]["validation"][0]["condition"]
     providers = re.findall(r'"(\w+)"', condition)
     assert providers == ["gemini"]
@@ -559,6 +671,8 @@ def test_job_parameters_give_the_pipeline_a_config_it_accepts() -> None:
             flags.append(f"--{name}={value if '${' not in value else 'x'}")
         config = agent_config_from_options(PipelineOptions(flags))
         assert config.model.provider == provider
+        assert config.call_journal is not None
+        assert config.call_journal.collection == journal_collection
 
 
 def test_job_is_streaming_and_stages_in_the_bucket() -> None:

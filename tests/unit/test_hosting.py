@@ -76,3 +76,30 @@ def test_an_unknown_field_in_the_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="timeout"):
         agent_config_from_flags(_flags("--agent_config", str(path)))
 
+
+def test_the_journal_flags_map_onto_a_journal_config() -> None:
+    from beam_agents.stores import FirestoreCallJournalConfig, SqliteCallJournalConfig  # noqa: PLC0415
+
+    sqlite = agent_config_from_flags(_flags("--agent", "tests.agents:counter", "--call_journal",
+                                            "sqlite", "--call_journal_path", "calls.db",
+                                            "--call_journal_ttl_ms", "3600000"))
+    assert sqlite.call_journal == SqliteCallJournalConfig(path="calls.db")
+    assert sqlite.call_journal_ttl_ms == 3_600_000
+    firestore = agent_config_from_flags(_flags(
+        "--agent", "tests.agents:counter", "--call_journal", "firestore",
+        "--firestore_project", "p", "--firestore_database", "d",
+        "--call_journal_collection", "calls"))
+    assert firestore.call_journal == FirestoreCallJournalConfig(project="p", database="d",
+                                                                collection="calls")
+    assert agent_config_from_flags(_flags("--agent", "tests.agents:counter")).call_journal is None
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--call_journal", "sqlite"], "path"),
+    (["--call_journal_ttl_ms", "5"], "call_journal_ttl_ms"),
+])
+def test_bad_journal_flags_raise_a_config_error_naming_the_field(
+        argv: list[str], named: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        agent_config_from_flags(_flags("--agent", "tests.agents:counter", *argv))
+    assert named in str(raised.value.field)

@@ -20,6 +20,7 @@ class ErrorRecord(_message.Message):
         STAGE_LONGTERM_FLUSH: _ClassVar[ErrorRecord.Stage]
         STAGE_CONFIG: _ClassVar[ErrorRecord.Stage]
         STAGE_OUTPUT: _ClassVar[ErrorRecord.Stage]
+        STAGE_JOURNAL: _ClassVar[ErrorRecord.Stage]
     STAGE_UNSPECIFIED: ErrorRecord.Stage
     STAGE_DECODE: ErrorRecord.Stage
     STAGE_STATE_CORRUPT: ErrorRecord.Stage
@@ -31,6 +32,7 @@ class ErrorRecord(_message.Message):
     STAGE_LONGTERM_FLUSH: ErrorRecord.Stage
     STAGE_CONFIG: ErrorRecord.Stage
     STAGE_OUTPUT: ErrorRecord.Stage
+    STAGE_JOURNAL: ErrorRecord.Stage
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

@@ -9,6 +9,13 @@ from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBre
 from beam_agents.model._cache_key import compute_cache_key
 from beam_agents.model._config import BreakerConfig, ModelConfig
 from beam_agents.model._facade import ModelFacade
+from beam_agents.model._journal import (
+    CallJournal,
+    CallJournalConfig,
+    InMemoryCallJournal,
+    JournalEntry,
+    JournalWrite,
+)
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._replay_cache import (
     MAX_BLOB_BYTES,
@@ -27,7 +34,12 @@ __all__ = [
     "BreakerRegistry",
     "BreakerState",
     "CachedResponse",
+    "CallJournal",
+    "CallJournalConfig",
     "CircuitBreaker",
+    "InMemoryCallJournal",
+    "JournalEntry",
+    "JournalWrite",
     "Message",
     "ModelConfig",
     "ModelFacade",

@@ -31,6 +31,13 @@ from beam_agents.errors import ProviderUnavailable, StateCorruptError
 from beam_agents.metrics import MetricsSink
 from beam_agents.model._breaker import CircuitBreaker
 from beam_agents.model._cache_key import compute_cache_key
+from beam_agents.model._journal import (
+    DEFAULT_TTL_MS,
+    MAX_JOURNAL_RESPONSE_BYTES,
+    CallJournal,
+    JournalEntry,
+    journal_entry,
+)
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._replay_cache import ReplayCache
 from beam_agents.model._types import Message, ModelRequest, ModelResponse
@@ -61,11 +68,20 @@ class ModelFacade:
         run_sync: How `complete` drives `acomplete` from sync code. The
             default, `asyncio.run`, starts a fresh event loop per call; a
             runtime that keeps a worker loop should pass its own.
+        journal: The durable call journal, or None. Consulted after the
+            replay cache and before the breaker, and written before a fresh
+            response reaches the agent (invariants 3 and 9).
+        journaled: This activation's journal entries, read once when it
+            started (one range read per activation, not one per call).
+        now_ms: The activation's event time, stamped on journal entries.
+        journal_ttl_ms: How long a journal entry lives.
     """
 
     def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
                  breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
-                 run_sync: RunSync | None = None) -> None:
+                 run_sync: RunSync | None = None, journal: CallJournal | None = None,
+                 journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
+                 journal_ttl_ms: int = DEFAULT_TTL_MS) -> None:
         if not isinstance(entity_key, bytes):
             raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
         self._cache = cache
@@ -75,6 +91,10 @@ class ModelFacade:
         self._entity_key = entity_key
         self._seq = seq
         self._run_sync = run_sync
+        self._journal = journal
+        self._journaled = dict(journaled or {})
+        self._now_ms = now_ms
+        self._journal_ttl_ms = journal_ttl_ms
         self._divergence_logged = False
         self._key_locks: dict[str, asyncio.Lock] = {}
 
@@ -119,24 +139,50 @@ class ModelFacade:
         entry = self._cache.get(key)
         if entry is not None and not entry.digest_only:
             self._inc("cache_hits")
-            try:
-                return ModelResponse.from_bytes(entry.response, cached=True)
-            except ValueError as exc:
-                # Only this library writes the cell, so this is corrupt state
-                # (invariant 8), reported as such rather than papered over.
-                raise StateCorruptError(f"llm_cache entry {key} does not decode: {exc}",
-                                        cell="llm_cache") from exc
+            return _decoded(entry.response, f"llm_cache entry {key}", cell="llm_cache")
+        journaled = self._journaled.get(key)
+        if journaled is not None and not journaled.digest_only:
+            # Paid for by an attempt whose commit was lost (a bundle retry, a
+            # crash, a restore, a rerun): replay it, do not pay again (invariant 9).
+            self._inc("journal_hits")
+            if entry is None:
+                self._cache.put(key, journaled.response)
+            return _decoded(journaled.response, f"journal entry {key}", cell="call_journal")
         self._inc("cache_misses" if entry is None else "digest_only_hits")
         response = await self._call_provider(request)
         data = response.to_bytes()
+        # What an earlier attempt was answered, when only its digest was kept.
+        recorded = entry.digest if entry is not None else (
+            journaled.sha256 if journaled is not None else None)
+        if self._journal is not None and journaled is None:
+            stored = await self._write_journal(key, data)
+            if stored is not None:
+                # Another attempt journaled this call first: its answer is the
+                # record, and a full one is what this attempt replays too.
+                recorded = stored.sha256
+                if not stored.digest_only and stored.response != data:
+                    self._report_divergence(key, stored.sha256.hex(), data)
+                    data = stored.response
+                    response = _decoded(data, f"journal entry {key}", cell="call_journal")
+                    recorded = None
         if entry is None:
             self._cache.put(key, data)
-        elif hashlib.sha256(data).digest() != entry.digest:
+        if recorded is not None and hashlib.sha256(data).digest() != recorded:
             # The stored digest is left in place: it is the record of what
             # the first run was answered, and overwriting it with this
             # response would let a third run "agree" with a divergent one.
-            self._report_divergence(key, entry.hexdigest, data)
+            self._report_divergence(key, recorded.hex(), data)
         return response
+
+    async def _write_journal(self, key: str, data: bytes) -> JournalEntry | None:
+        """Journal a fresh response before the agent sees it; the entry that stands, if not ours."""
+        assert self._journal is not None
+        fresh = journal_entry(cache_key=key, entity_key=self._entity_key, seq=self._seq,
+                              response=data, now_ms=self._now_ms, ttl_ms=self._journal_ttl_ms,
+                              max_response_bytes=MAX_JOURNAL_RESPONSE_BYTES)
+        self._inc("journal_writes")
+        written = await self._journal.write(fresh)
+        return None if written.won else written.stored
 
     def complete(self, messages: Sequence[Message], *,
                  tools: Sequence[Mapping[str, Any]] | None = None,
@@ -204,3 +250,11 @@ class ModelFacade:
     def _inc(self, name: str) -> None:
         self._metrics.inc(METRICS_NAMESPACE, name)
 
+
+def _decoded(data: bytes, what: str, *, cell: str) -> ModelResponse:
+    try:
+        return ModelResponse.from_bytes(data, cached=True)
+    except ValueError as exc:
+        # Only this library writes these bytes, so this is corrupt state
+        # (invariant 8), reported as such rather than papered over.
+        raise StateCorruptError(f"{what} does not decode: {exc}", cell=cell) from exc

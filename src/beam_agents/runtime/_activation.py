@@ -35,7 +35,13 @@ from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.errors import ActivationTimeoutError
 from beam_agents.memory import BufferedLongtermStore, LongtermHandle, Memory, TaskRegistry
 from beam_agents.metrics import MetricsSink, NoopMetrics
-from beam_agents.model import BreakerRegistry, ModelFacade, ModelProvider, ReplayCache
+from beam_agents.model import (
+    BreakerRegistry,
+    CallJournal,
+    ModelFacade,
+    ModelProvider,
+    ReplayCache,
+)
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext
 from beam_agents.runtime._errors import error_record, stage_of
@@ -102,12 +108,14 @@ class ActivationRuntime:
         provider: The model provider ``config.model`` names, built by the host.
         clock: Monotonic seconds for the circuit breakers; injected (invariant 2).
         store: The long-term store, when ``config.longterm_memory`` is set.
+        journal: The durable call journal, when ``config.call_journal`` is set.
         metrics: Where counters go.
     """
 
     def __init__(self, config: AgentConfig, *, agent: Callable[..., Any],
                  provider: ModelProvider, clock: Callable[[], float],
                  store: BufferedLongtermStore | None = None,
+                 journal: CallJournal | None = None,
                  metrics: MetricsSink | None = None) -> None:
         self._config = config
         self._agent = agent
@@ -116,6 +124,7 @@ class ActivationRuntime:
             and inspect.iscoroutinefunction(type(self._agent).__call__))
         self._provider = provider
         self._store = store
+        self._journal = journal
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
         self._breakers = BreakerRegistry(clock=clock)
         self._loop = asyncio.new_event_loop()
@@ -207,13 +216,19 @@ class ActivationRuntime:
         try:
             if self._store is not None:
                 handle = self._longterm_handle(event.entity_key, seq, now_ms)
+            # One read per activation: every call its earlier attempts paid for
+            # (invariant 9). A journal that cannot be read suspends the activation.
+            journaled = (await self._journal.read(event.entity_key, seq)
+                         if self._journal is not None else None)
             memory = Memory(state.memory, now_ms=now_ms, compactor=self._config.compactor,
                             metrics=self._metrics, longterm=handle)
             cache = ReplayCache(state.llm_cache, now_ms=now_ms)
             model = ModelFacade(
                 cache=cache, provider=self._provider, metrics=self._metrics,
                 breaker=self._breakers.get(self._provider.model_id, self._config.model.breaker),
-                entity_key=event.entity_key, seq=seq, run_sync=self._bridge)
+                entity_key=event.entity_key, seq=seq, run_sync=self._bridge,
+                journal=self._journal, journaled=journaled, now_ms=now_ms,
+                journal_ttl_ms=self._config.call_journal_ttl_ms)
             ctx = AgentContext(event=event, seq=seq, memory=memory, model=model,
                                max_intent_bytes=self._config.max_intent_bytes)
             await self._run_agent(ctx)
@@ -267,6 +282,8 @@ class ActivationRuntime:
             self.run(self._provider.aclose())
             if self._store is not None:
                 self.run(self._store.close())
+            if self._journal is not None:
+                self.run(self._journal.close())
         finally:
             self._closed = True
             self._threads.shutdown(wait=False, cancel_futures=True)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.memory import Compactor, LongtermStoreConfig, LruCompactor
-from beam_agents.model import ModelConfig
+from beam_agents.model import CallJournalConfig, ModelConfig
+from beam_agents.model._journal import DEFAULT_TTL_MS
 from beam_agents.runtime._retry import RetryPolicy
 
 __all__ = ["AgentConfig"]
@@ -44,6 +45,11 @@ class AgentConfig:
             [1, 10 000]; a sync agent holds one for its whole activation, so
             fewer than `max_in_flight` caps how many sync agents overlap.
         retry: When a retriable failure is retried and when it gives up.
+        call_journal: The durable model-call journal, or None (invariant 9).
+        call_journal_ttl_ms: How long a journal entry lives
+            (``--call_journal_ttl_ms``), in [60 000, 31 536 000 000]; a week
+            by default, so a restore from a savepoint up to a week old
+            replays instead of paying again.
     """
 
     agent: str
@@ -56,6 +62,8 @@ class AgentConfig:
     max_in_flight: int = 64
     agent_threads: int = 64
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    call_journal: CallJournalConfig | None = None
+    call_journal_ttl_ms: int = DEFAULT_TTL_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, str) or ":" not in self.agent:
@@ -72,9 +80,15 @@ class AgentConfig:
                                       ("max_intent_bytes", None, 1, 10_000_000),
                                       ("traceback_bytes", None, 0, 1_000_000),
                                       ("max_in_flight", "max_in_flight", 1, 10_000),
-                                      ("agent_threads", "agent_threads", 1, 10_000)):
+                                      ("agent_threads", "agent_threads", 1, 10_000),
+                                      ("call_journal_ttl_ms", "call_journal_ttl_ms", 60_000,
+                                       31_536_000_000)):
             require_int(getattr(self, name), low=low, high=high, field=f"AgentConfig.{name}",
                         name=f"AgentConfig.{name}" + (f" (--{flag})" if flag else ""))
+        if self.call_journal is not None and not callable(getattr(self.call_journal, "open",
+                                                                    None)):
+            raise ConfigError("AgentConfig.call_journal must be a journal config with open(), "
+                              "e.g. SqliteCallJournalConfig", field="AgentConfig.call_journal")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("AgentConfig.retry must be a RetryPolicy", field="AgentConfig.retry")
         if self.longterm_memory is not None and not callable(

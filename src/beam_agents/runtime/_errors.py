@@ -12,6 +12,8 @@ from beam_agents.errors import (
     ConfigError,
     EventDecodeError,
     IntentTooLargeError,
+    JournalCorruptError,
+    JournalUnavailable,
     MemoryOverflow,
     ModelError,
     StateError,
@@ -28,11 +30,12 @@ Stage = ErrorRecord.Stage
 #: Exception type -> stage, first match wins; order matters where the tree
 #: overlaps (RingCorruptError is a StateError; StoreError outside the flush
 #: can only come from a read, which is all the store serves mid-activation).
-_STAGES: tuple[tuple[type[BaseException], int], ...] = (
+_STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int], ...] = (
     (StateError, ErrorRecord.STAGE_STATE_CORRUPT),
     (ActivationTimeoutError, ErrorRecord.STAGE_TIMEOUT),
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
+    ((JournalUnavailable, JournalCorruptError), ErrorRecord.STAGE_JOURNAL),
     # A save that a backend's limits refuse is refused where it stages, before
     # the commit tail; it belongs to the flush it could never be part of.
     (StoreLimitError, ErrorRecord.STAGE_LONGTERM_FLUSH),

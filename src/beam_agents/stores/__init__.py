@@ -4,6 +4,11 @@
 * `SqliteLongtermStore` / `SqliteLongtermConfig`: embedded default (stdlib sqlite3).
 * `FirestoreLongtermStore` / `FirestoreLongtermConfig`: production (google-cloud-firestore).
 
+Call-journal backends behind the `beam_agents.model` journal port (invariant 9):
+
+* `SqliteCallJournal` / `SqliteCallJournalConfig`: embedded (stdlib sqlite3).
+* `FirestoreCallJournal` / `FirestoreCallJournalConfig`: production (google-cloud-firestore).
+
 Names resolve lazily, so importing this package (or a config) loads neither
 sqlite3 nor google.cloud; a backend's SDK is imported when its store is built.
 """
@@ -19,25 +24,39 @@ if TYPE_CHECKING:
         SqliteLongtermConfig,
         longterm_config_from_mapping,
     )
+    from beam_agents.stores._journal_config import (
+        FirestoreCallJournalConfig,
+        SqliteCallJournalConfig,
+    )
     from beam_agents.stores.firestore import FirestoreLongtermStore
+    from beam_agents.stores.firestore_journal import FirestoreCallJournal
     from beam_agents.stores.in_memory import InMemoryLongtermConfig, InMemoryLongtermStore
     from beam_agents.stores.sqlite import SqliteLongtermStore
+    from beam_agents.stores.sqlite_journal import SqliteCallJournal
 
 __all__ = [
+    "FirestoreCallJournal",
+    "FirestoreCallJournalConfig",
     "FirestoreLongtermConfig",
     "FirestoreLongtermStore",
     "InMemoryLongtermConfig",
     "InMemoryLongtermStore",
+    "SqliteCallJournal",
+    "SqliteCallJournalConfig",
     "SqliteLongtermConfig",
     "SqliteLongtermStore",
     "longterm_config_from_mapping",
 ]
 
 _HOMES = {
+    "FirestoreCallJournal": "beam_agents.stores.firestore_journal",
+    "FirestoreCallJournalConfig": "beam_agents.stores._journal_config",
     "FirestoreLongtermConfig": "beam_agents.stores._config",
     "FirestoreLongtermStore": "beam_agents.stores.firestore",
     "InMemoryLongtermConfig": "beam_agents.stores.in_memory",
     "InMemoryLongtermStore": "beam_agents.stores.in_memory",
+    "SqliteCallJournal": "beam_agents.stores.sqlite_journal",
+    "SqliteCallJournalConfig": "beam_agents.stores._journal_config",
     "SqliteLongtermConfig": "beam_agents.stores._config",
     "SqliteLongtermStore": "beam_agents.stores.sqlite",
     "longterm_config_from_mapping": "beam_agents.stores._config",

@@ -1,0 +1,185 @@
+"""The production call journal on Cloud Firestore (``google-cloud-firestore`` AsyncClient).
+
+Layout: ``{collection}/{cache key}``, one document per paid call; the fields,
+the size rules and the decoding are pure rules in
+`beam_agents.stores._journal_rules`. This module adds the client, the query
+and the create-or-read write.
+
+This is the only module of the journal that imports ``google.cloud``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+from google.cloud.firestore_v1 import AsyncClient
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from beam_agents.errors import ConfigError, JournalUnavailable, MemoryContractError
+from beam_agents.model._journal import JournalEntry, JournalWrite
+from beam_agents.stores._firestore_rules import check_entity_key
+from beam_agents.stores._journal_config import FirestoreCallJournalConfig
+from beam_agents.stores._journal_rules import (
+    check_entry,
+    check_firestore_entry,
+    check_read,
+    entry_from_document,
+    journal_document_fields,
+)
+from beam_agents.stores.firestore import _close_client
+
+__all__ = ["FirestoreCallJournal", "FirestoreCallJournalConfig"]
+
+_T = TypeVar("_T")
+
+# A create that finds the document, then a read that does not, means a TTL
+# deletion ran in between; the next create then wins. Twice in a row is not
+# a race any more but a failing store.
+_CREATE_ATTEMPTS = 3
+
+
+class FirestoreCallJournal:
+    """A `CallJournal` on Firestore, for the Dataflow deployment.
+
+    ``read`` is one query, ``entity_key_hex == hex and seq == seq`` (two
+    equalities, served by Firestore's automatic single-field indexes).
+    ``write`` is ``create()``, which the server refuses when the document
+    exists, so the server alone decides which of several concurrent writers
+    wins (invariant 5); a loser reads the entry that stands. An entry too
+    large for one document, or otherwise unstorable, raises `StoreLimitError`
+    before any I/O. ``google.api_core`` and ``google.auth`` errors, and calls
+    past ``timeout_ms``, raise `JournalUnavailable`; a document that does not
+    decode raises `JournalCorruptError` naming
+    ``firestore call journal <project>/<database>/<collection>`` and the key.
+
+    A losing write reports ``won=False`` also when the standing entry came
+    from an earlier, retried attempt of the very same write; the stored entry
+    then equals the one written, so no divergence is counted for it.
+
+    The client is built on first use, inside the event loop that uses it, and
+    closed by :meth:`close`. ``client_factory`` is a test seam; by default the
+    client is ``AsyncClient(project=..., database=...)``.
+    """
+
+    def __init__(
+        self,
+        config: FirestoreCallJournalConfig,
+        *,
+        client_factory: Callable[[], AsyncClient] | None = None,
+    ) -> None:
+        self._config = config
+        self._client_factory = client_factory
+        self._client: AsyncClient | None = None
+        self._client_lock = asyncio.Lock()
+        self._closed = False
+        self._timeout_s = config.timeout_ms / 1000
+        self._store = (f"firestore call journal "
+                       f"{config.project}/{config.database}/{config.collection}")
+
+    @property
+    def config(self) -> FirestoreCallJournalConfig:
+        """The settings this journal was opened with."""
+        return self._config
+
+    # -- client and call plumbing ---------------------------------------------
+
+    def _new_client(self) -> AsyncClient:
+        if self._client_factory is not None:
+            return self._client_factory()
+        return AsyncClient(project=self._config.project, database=self._config.database)
+
+    def _require_open(self, what: str) -> None:
+        if self._closed:
+            raise MemoryContractError(f"{what} on a closed FirestoreCallJournal ({self._store})")
+
+    async def _get_client(self, what: str) -> AsyncClient:
+        async with self._client_lock:
+            self._require_open(what)
+            if self._client is None:
+                # Credential discovery may block on the metadata server; keep it
+                # off the event loop. The gRPC channel is created on first RPC.
+                self._client = await asyncio.to_thread(self._new_client)
+            return self._client
+
+    async def _call(self, what: str, work: Callable[[AsyncClient], Awaitable[_T]]) -> _T:
+        self._require_open(what)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await work(await self._get_client(what))
+        except auth_exceptions.DefaultCredentialsError as exc:
+            raise ConfigError(
+                f"{self._store}: no Google credentials found ({exc}); configure Application "
+                "Default Credentials for the workers",
+                field="call_journal",
+            ) from exc
+        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError) as exc:
+            raise JournalUnavailable(f"{self._store}: {what} failed: {exc}") from exc
+        except TimeoutError as exc:
+            raise JournalUnavailable(
+                f"{self._store}: {what} did not finish within {self._config.timeout_ms} ms"
+            ) from exc
+
+    def _collection(self, client: AsyncClient) -> Any:
+        return client.collection(self._config.collection)
+
+    def _decode(self, snapshot: Any, *, entity_key: bytes, seq: int) -> JournalEntry:
+        return entry_from_document(snapshot.to_dict(), store=self._store,
+                                   document_id=snapshot.id, entity_key=entity_key, seq=seq)
+
+    # -- the port ---------------------------------------------------------------
+
+    async def read(self, entity_key: bytes, seq: int) -> Mapping[str, JournalEntry]:
+        """Every entry of ``(entity_key, seq)``, by cache key, in one query."""
+        check_read(entity_key, seq)
+        check_entity_key(entity_key)
+
+        async def work(client: AsyncClient) -> dict[str, JournalEntry]:
+            query = (self._collection(client)
+                     .where(filter=FieldFilter("entity_key_hex", "==", entity_key.hex()))
+                     .where(filter=FieldFilter("seq", "==", seq)))
+            stream: AsyncIterator[Any] = query.stream(timeout=self._timeout_s)
+            entries = [self._decode(snapshot, entity_key=entity_key, seq=seq)
+                       async for snapshot in stream]
+            return {entry.cache_key: entry for entry in sorted(entries,
+                                                               key=lambda e: e.cache_key)}
+
+        return await self._call("read", work)
+
+    async def write(self, entry: JournalEntry) -> JournalWrite:
+        """Create `entry`'s document unless it exists; report the entry that stands."""
+        check_entry(entry)
+        check_firestore_entry(self._config.collection, entry)
+        fields = journal_document_fields(entry)
+
+        async def work(client: AsyncClient) -> JournalWrite:
+            reference = self._collection(client).document(entry.cache_key)
+            for _ in range(_CREATE_ATTEMPTS):
+                try:
+                    await reference.create(fields, timeout=self._timeout_s)
+                except api_exceptions.AlreadyExists:
+                    pass
+                else:
+                    return JournalWrite(won=True, stored=entry)
+                snapshot = await reference.get(timeout=self._timeout_s)
+                if snapshot.exists:
+                    # The key scopes (entity_key, seq) (seed 002): a standing
+                    # document of another activation is corrupt, never replayed.
+                    return JournalWrite(won=False, stored=self._decode(
+                        snapshot, entity_key=entry.entity_key, seq=entry.seq))
+            raise JournalUnavailable(
+                f"{self._store}: write of {entry.cache_key} found the document present and "
+                f"then absent {_CREATE_ATTEMPTS} times")
+
+        return await self._call("write", work)
+
+    async def close(self) -> None:
+        """Close the client's gRPC channel; idempotent."""
+        async with self._client_lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            await _close_client(client)

@@ -1,0 +1,213 @@
+"""The embedded call journal: one SQLite table in WAL mode (stdlib sqlite3).
+
+One row per paid call, keyed by the cache key, with an index on
+``(entity_key, seq)`` so that an activation's prefetch is one index range
+scan. A write is ``INSERT ... ON CONFLICT DO NOTHING`` and, when that
+inserted nothing, a read of the row that stands, both in one ``BEGIN
+IMMEDIATE`` transaction: the first write wins and nothing is ever
+overwritten (invariant 5), and the row a losing write reports is the one
+that beat it.
+
+Blocking calls run in a worker thread (`asyncio.to_thread`), never on the
+event loop, as in `beam_agents.stores.sqlite`: a write can wait up to
+``busy_timeout_ms`` for another connection's lock. One connection per journal
+is shared by those threads under a lock.
+
+Expired rows are not hidden from reads (the journal reads no clock); they are
+deleted by :meth:`SqliteCallJournal.prune`, an operator's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from beam_agents.errors import JournalUnavailable, MemoryContractError
+from beam_agents.model._journal import JournalEntry, JournalWrite
+from beam_agents.stores._journal_config import SqliteCallJournalConfig
+from beam_agents.stores._journal_rules import (
+    check_entry,
+    check_read,
+    decode_entry,
+    require_int64,
+)
+from beam_agents.stores.sqlite import _enter_wal
+
+__all__ = ["SqliteCallJournal", "SqliteCallJournalConfig"]
+
+_T = TypeVar("_T")
+
+_COLUMNS = ("cache_key", "entity_key", "seq", "response", "sha256", "digest_only",
+            "created_at_ms", "expire_at_ms")
+_COLUMN_LIST = ", ".join(_COLUMNS)
+
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS call_journal (
+        cache_key     TEXT    NOT NULL PRIMARY KEY,
+        entity_key    BLOB    NOT NULL,
+        seq           INTEGER NOT NULL,
+        response      BLOB    NOT NULL,
+        sha256        BLOB    NOT NULL,
+        digest_only   INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        expire_at_ms  INTEGER NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS call_journal_by_activation ON call_journal (entity_key, seq)",
+)
+
+# First write wins (invariant 5): a present key is left as it is, and the
+# statement changing no row (rowcount 0) is how the write learns it lost.
+_INSERT = (f"INSERT INTO call_journal ({_COLUMN_LIST}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+           " ON CONFLICT (cache_key) DO NOTHING")
+_READ = f"SELECT {_COLUMN_LIST} FROM call_journal WHERE entity_key = ? AND seq = ?"
+_STANDING = f"SELECT {_COLUMN_LIST} FROM call_journal WHERE cache_key = ?"
+_PRUNE = "DELETE FROM call_journal WHERE expire_at_ms < ?"
+
+
+class SqliteCallJournal:
+    """A `CallJournal` over one SQLite database file.
+
+    Any ``sqlite3.Error`` or ``OSError`` (a locked, unwritable or unopenable
+    database, a full disk) becomes `JournalUnavailable`, which suspends the
+    activation; a stored row that does not decode raises
+    `JournalCorruptError` naming ``sqlite call journal <path>`` and the key.
+    A closed journal refuses work with `MemoryContractError`, as the
+    long-term stores do.
+    """
+
+    def __init__(self, config: SqliteCallJournalConfig) -> None:
+        self._config = config
+        self._store = f"sqlite call journal {config.path}"
+        self._db_lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+
+    @property
+    def config(self) -> SqliteCallJournalConfig:
+        """The settings this journal was opened with."""
+        return self._config
+
+    def _connect(self) -> sqlite3.Connection:
+        # Runs in a worker thread holding _db_lock.
+        if self._connection is None:
+            if self._config.path != ":memory:":
+                # The first paid call may precede any output, so nothing made the folder yet.
+                Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(
+                self._config.path,
+                timeout=self._config.busy_timeout_ms / 1000,
+                isolation_level=None,  # autocommit; write issues BEGIN/COMMIT itself
+                check_same_thread=False,  # used from to_thread workers, one at a time
+            )
+            try:
+                # Parallel workers open one new file at once; see _enter_wal.
+                _enter_wal(connection, self._config.busy_timeout_ms / 1000)
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return self._connection
+
+    def _require_open(self, what: str) -> None:
+        if self._closed:
+            raise MemoryContractError(f"{what} on a closed SqliteCallJournal ({self._store})")
+
+    async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        self._require_open(what)
+
+        def call() -> _T:
+            with self._db_lock:
+                self._require_open(what)
+                return work(self._connect())
+
+        try:
+            return await asyncio.to_thread(call)
+        except (sqlite3.Error, OSError) as exc:
+            raise JournalUnavailable(f"{self._store}: {what} failed: {exc}") from exc
+
+    def _decode(self, row: tuple[object, ...], *, cache_key: str | None = None,
+                entity_key: bytes, seq: int) -> JournalEntry:
+        fields = dict(zip(_COLUMNS, row, strict=True))
+        key = fields["cache_key"]
+        return decode_entry(fields, store=self._store,
+                            cache_key=cache_key if cache_key is not None else str(key),
+                            entity_key=entity_key, seq=seq)
+
+    async def read(self, entity_key: bytes, seq: int) -> Mapping[str, JournalEntry]:
+        """Every entry of ``(entity_key, seq)``, by cache key, in one indexed SELECT."""
+        check_read(entity_key, seq)
+
+        def work(connection: sqlite3.Connection) -> dict[str, JournalEntry]:
+            rows = connection.execute(_READ, (entity_key, seq)).fetchall()
+            entries = [self._decode(row, entity_key=entity_key, seq=seq) for row in rows]
+            return {entry.cache_key: entry for entry in sorted(entries,
+                                                               key=lambda e: e.cache_key)}
+
+        return await self._run("read", work)
+
+    async def write(self, entry: JournalEntry) -> JournalWrite:
+        """Insert `entry` unless its key is present; report the entry that stands."""
+        check_entry(entry)
+        values = (entry.cache_key, entry.entity_key, entry.seq, entry.response, entry.sha256,
+                  int(entry.digest_only), entry.created_at_ms, entry.expire_at_ms)
+
+        def work(connection: sqlite3.Connection) -> JournalWrite:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                if connection.execute(_INSERT, values).rowcount == 1:
+                    connection.execute("COMMIT")
+                    return JournalWrite(won=True, stored=entry)
+                row = connection.execute(_STANDING, (entry.cache_key,)).fetchone()
+                connection.execute("COMMIT")
+            except BaseException:
+                # A failed ROLLBACK must not hide the error that caused it.
+                with contextlib.suppress(sqlite3.Error):
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                raise
+            # The key scopes (entity_key, seq) (seed 002), so a standing row of
+            # another activation under it is corrupt, never a result to replay.
+            stored = self._decode(row, cache_key=entry.cache_key, entity_key=entry.entity_key,
+                                  seq=entry.seq)
+            return JournalWrite(won=False, stored=stored)
+
+        return await self._run("write", work)
+
+    async def prune(self, before_ms: int) -> int:
+        """Delete entries whose ``expire_at_ms`` is before `before_ms`; return how many.
+
+        The pipeline never calls this: the journal reads no clock, so expiry
+        is garbage collection that an operator runs (a cron job, a
+        maintenance task) with the wall-clock time of their choosing. A
+        pruned entry is paid for again if its activation ever replays.
+        """
+        require_int64(before_ms, "before_ms")
+
+        def work(connection: sqlite3.Connection) -> int:
+            return connection.execute(_PRUNE, (before_ms,)).rowcount
+
+        return await self._run("prune", work)
+
+    async def close(self) -> None:
+        """Close the connection; idempotent."""
+        self._closed = True
+
+        def shut() -> None:
+            with self._db_lock:
+                connection, self._connection = self._connection, None
+                if connection is not None:
+                    connection.close()
+
+        try:
+            await asyncio.to_thread(shut)
+        except (sqlite3.Error, OSError) as exc:
+            raise JournalUnavailable(f"{self._store}: close failed: {exc}") from exc
