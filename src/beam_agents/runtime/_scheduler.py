@@ -64,7 +64,6 @@ class Scheduler:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._by_key: dict[Hashable, Running] = {}
-        self._busy = 0  # started and not yet finished
         self._peak = 0
 
     @property
@@ -76,7 +75,7 @@ class Scheduler:
     def busy(self) -> int:
         """Activations started and not yet finished."""
         with self._lock:
-            return self._busy
+            return self._running_now()
 
     @property
     def peak_in_flight(self) -> int:
@@ -92,7 +91,7 @@ class Scheduler:
     def has_slot(self) -> bool:
         """Whether another activation may start now."""
         with self._lock:
-            return self._busy < self._max
+            return self._running_now() < self._max
 
     def try_start(self, key: Hashable, state: KeyedState, event: bytes, *, attempt: int) -> bool:
         """Start the activation of `event` for `key` if a slot is free; returns at once.
@@ -109,10 +108,10 @@ class Scheduler:
         with self._lock:
             if key in self._by_key:
                 raise RuntimeError(f"key {key!r} already has an activation in flight")
-            if self._busy >= self._max:
+            busy = self._running_now()
+            if busy >= self._max:
                 return False
-            self._busy += 1
-            self._peak = max(self._peak, self._busy)
+            self._peak = max(self._peak, busy + 1)
             future = self._runtime.submit(self._runtime.activate_async(
                 state, AgentEvent.FromString(event), attempt=attempt))
             self._by_key[key] = Running(event=event, attempt=attempt, base_seq=state.seq,
@@ -126,9 +125,16 @@ class Scheduler:
 
     def _finished(self, _: concurrent.futures.Future[Outcome]) -> None:
         with self._changed:
-            self._busy -= 1
             self._changed.notify_all()
         self._metrics.inc(NAMESPACE, "in_flight", -1)
+
+    def _running_now(self) -> int:
+        """Activations started and not finished; call with the lock held.
+
+        Counted from the futures themselves rather than kept by the done
+        callback, which a host that takes an outcome can overtake.
+        """
+        return sum(1 for running in self._by_key.values() if not running.future.done())
 
     def take(self, key: Hashable, *, wait_s: float = 0.0) -> tuple[Running, Outcome] | None:
         """The key's finished activation and its outcome, waiting up to `wait_s`; else None."""
