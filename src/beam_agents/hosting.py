@@ -36,11 +36,8 @@ from beam_agents.metrics import MetricsSink
 from beam_agents.model import ModelConfig, ModelProvider
 from beam_agents.model.providers import build_provider
 from beam_agents.runtime import ActivationRuntime, AgentConfig, RetryPolicy
-from beam_agents.stores import (
-    FirestoreCallJournalConfig,
-    SqliteCallJournalConfig,
-    longterm_config_from_mapping,
-)
+from beam_agents.stores import longterm_config_from_mapping
+from beam_agents.stores._journal_config import call_journal_config_from_mapping
 
 __all__ = [
     "add_agent_flags",
@@ -168,27 +165,6 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
                               f"{', '.join(sorted(known))}", field=f"retry.{unknown[0]}")
         kwargs["retry"] = RetryPolicy(**retry)
     return AgentConfig(**kwargs)
-
-
-def call_journal_config_from_mapping(
-        data: Mapping[str, Any]) -> SqliteCallJournalConfig | FirestoreCallJournalConfig:
-    """A journal config from plain data: ``{"backend": "sqlite"|"firestore", ...fields}``.
-
-    Raises:
-        ConfigError: unknown backend or field, named as ``call_journal.<field>``.
-    """
-    fields = dict(data)
-    backend = fields.pop("backend", None)
-    classes: dict[str, type[SqliteCallJournalConfig] | type[FirestoreCallJournalConfig]] = {
-        "sqlite": SqliteCallJournalConfig, "firestore": FirestoreCallJournalConfig}
-    if backend not in classes:
-        raise ConfigError(f"call_journal.backend must be one of {sorted(classes)}, got "
-                          f"{backend!r}", field="call_journal.backend")
-    known = {f.name for f in dataclasses.fields(classes[backend])}
-    if unknown := sorted(set(fields) - known):
-        raise ConfigError(f"unknown call_journal field(s) for {backend}: {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(known))}", field=f"call_journal.{unknown[0]}")
-    return classes[backend](**fields)
 
 
 def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:

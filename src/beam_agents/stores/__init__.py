@@ -59,6 +59,8 @@ _HOMES = {
     "SqliteCallJournalConfig": "beam_agents.stores._journal_config",
     "SqliteLongtermConfig": "beam_agents.stores._config",
     "SqliteLongtermStore": "beam_agents.stores.sqlite",
+    # Resolvable here for hosts; beam_agents.hosting is where the pinned API exports it.
+    "call_journal_config_from_mapping": "beam_agents.stores._journal_config",
     "longterm_config_from_mapping": "beam_agents.stores._config",
 }
 

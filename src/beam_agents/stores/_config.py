@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
@@ -22,7 +22,71 @@ if TYPE_CHECKING:
     from beam_agents.stores.firestore import FirestoreLongtermStore
     from beam_agents.stores.sqlite import SqliteLongtermStore
 
-__all__ = ["FirestoreLongtermConfig", "SqliteLongtermConfig", "longterm_config_from_mapping"]
+__all__ = [
+    "FirestoreLongtermConfig",
+    "SqliteLongtermConfig",
+    "check_firestore_settings",
+    "check_sqlite_settings",
+    "config_from_mapping",
+    "longterm_config_from_mapping",
+]
+
+_C = TypeVar("_C")
+
+
+def check_sqlite_settings(owner: str, *, path: object, busy_timeout_ms: object) -> None:
+    """Validate an SQLite backend's settings; errors name ``<owner>.<field>``.
+
+    Raises:
+        ConfigError: ``path`` is not a non-empty str without NUL, or
+            ``busy_timeout_ms`` is not an int >= 0.
+    """
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{owner}.path must be a non-empty file path, got {path!r}",
+                          field="path")
+    if "\x00" in path:
+        raise ConfigError(f"{owner}.path must not contain NUL", field="path")
+    require_int(busy_timeout_ms, name=f"{owner}.busy_timeout_ms", low=0, field="busy_timeout_ms")
+
+
+def check_firestore_settings(owner: str, *, project: object, database: object,
+                             collection: object, timeout_ms: object) -> None:
+    """Validate a Firestore backend's settings; errors name ``<owner>.<field>``.
+
+    Raises:
+        ConfigError: ``project`` or ``database`` is not a non-empty id without
+            ``/``, ``collection`` is not a usable collection id, or
+            ``timeout_ms`` is not an int >= 1.
+    """
+    for name, value in (("project", project), ("database", database)):
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ConfigError(
+                f"{owner}.{name} must be a non-empty id without '/', got {value!r}",
+                field=name,
+            )
+    require_collection_id(collection, owner=owner)
+    require_int(timeout_ms, name=f"{owner}.timeout_ms", low=1, field="timeout_ms")
+
+
+def config_from_mapping(classes: Mapping[str, type[_C]], data: Mapping[str, Any],
+                        prefix: str) -> _C:
+    """Build the config ``data["backend"]`` names from the rest of `data`'s fields.
+
+    Raises:
+        ConfigError: unknown backend or field, named as ``<prefix>.<field>``.
+    """
+    fields = dict(data)
+    backend = fields.pop("backend", None)
+    if backend not in classes:
+        raise ConfigError(f"{prefix}.backend must be one of {sorted(classes)}, "
+                          f"got {backend!r}", field=f"{prefix}.backend")
+    cls = classes[backend]
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if unknown := sorted(set(fields) - known):
+        raise ConfigError(f"unknown {prefix} field(s) for {backend}: {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}",
+                          field=f"{prefix}.{unknown[0]}")
+    return cls(**fields)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SqliteLongtermConfig:
@@ -39,15 +103,8 @@ class SqliteLongtermConfig:
     busy_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not self.path:
-            raise ConfigError(
-                f"SqliteLongtermConfig.path must be a non-empty file path, got {self.path!r}",
-                field="path",
-            )
-        if "\x00" in self.path:
-            raise ConfigError("SqliteLongtermConfig.path must not contain NUL", field="path")
-        require_int(self.busy_timeout_ms, name="SqliteLongtermConfig.busy_timeout_ms", low=0,
-                    field="busy_timeout_ms")
+        check_sqlite_settings("SqliteLongtermConfig", path=self.path,
+                              busy_timeout_ms=self.busy_timeout_ms)
 
     def open(self) -> SqliteLongtermStore:
         """Build the store; the database is opened lazily on first use."""
@@ -80,17 +137,9 @@ class FirestoreLongtermConfig:
     timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        for name in ("project", "database"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value or "/" in value:
-                raise ConfigError(
-                    f"FirestoreLongtermConfig.{name} must be a non-empty id without '/', "
-                    f"got {value!r}",
-                    field=name,
-                )
-        require_collection_id(self.collection)
-        require_int(self.timeout_ms, name="FirestoreLongtermConfig.timeout_ms", low=1,
-                    field="timeout_ms")
+        check_firestore_settings("FirestoreLongtermConfig", project=self.project,
+                                 database=self.database, collection=self.collection,
+                                 timeout_ms=self.timeout_ms)
 
     def open(self) -> FirestoreLongtermStore:
         """Build the store; the Firestore client is created on first use."""
@@ -106,18 +155,6 @@ def longterm_config_from_mapping(
     Raises:
         ConfigError: unknown backend or field, named as ``longterm_memory.<field>``.
     """
-    fields = dict(data)
-    backend = fields.pop("backend", None)
     classes: dict[str, type[SqliteLongtermConfig] | type[FirestoreLongtermConfig]] = {
         "sqlite": SqliteLongtermConfig, "firestore": FirestoreLongtermConfig}
-    if backend not in classes:
-        raise ConfigError(f"longterm_memory.backend must be one of {sorted(classes)}, "
-                          f"got {backend!r}", field="longterm_memory.backend")
-    cls = classes[backend]
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ConfigError(f"unknown longterm_memory field(s) for {backend}: {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(known))}",
-                          field=f"longterm_memory.{unknown[0]}")
-    return cls(**fields)
+    return config_from_mapping(classes, data, "longterm_memory")

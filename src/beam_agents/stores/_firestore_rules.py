@@ -90,14 +90,14 @@ _WRITE_OVERHEAD_BYTES = 256
 # -- ids ----------------------------------------------------------------------------
 
 
-def require_collection_id(collection: object) -> None:
+def require_collection_id(collection: object, *, owner: str = "FirestoreLongtermConfig") -> None:
     """Check that ``collection`` is a usable top-level collection id.
 
     Raises:
         ConfigError: ``collection`` is not a non-empty str, contains ``/``, is
             ``.`` or ``..``, matches ``__.*__``, is not UTF-8-encodable, or is
             longer than `MAX_ID_BYTES`; the message names
-            ``FirestoreLongtermConfig.collection``.
+            ``<owner>.collection`` (``FirestoreLongtermConfig`` by default).
     """
     problem = None
     if not isinstance(collection, str) or not collection:
@@ -118,7 +118,7 @@ def require_collection_id(collection: object) -> None:
                 problem = f"must be at most {MAX_ID_BYTES} UTF-8 bytes"
     if problem is not None:
         raise ConfigError(
-            f"FirestoreLongtermConfig.collection {problem}, got {collection!r}",
+            f"{owner}.collection {problem}, got {collection!r}",
             field="collection",
         )
 

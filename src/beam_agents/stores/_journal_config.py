@@ -8,18 +8,25 @@ this module imports neither sqlite3 nor ``google.cloud``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from beam_agents._checks import require_int
-from beam_agents.errors import ConfigError
-from beam_agents.stores._firestore_rules import require_collection_id
+from beam_agents.stores._config import (
+    check_firestore_settings,
+    check_sqlite_settings,
+    config_from_mapping,
+)
 
 if TYPE_CHECKING:
     from beam_agents.stores.firestore_journal import FirestoreCallJournal
     from beam_agents.stores.sqlite_journal import SqliteCallJournal
 
-__all__ = ["FirestoreCallJournalConfig", "SqliteCallJournalConfig"]
+__all__ = [
+    "FirestoreCallJournalConfig",
+    "SqliteCallJournalConfig",
+    "call_journal_config_from_mapping",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,15 +46,8 @@ class SqliteCallJournalConfig:
     busy_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not self.path:
-            raise ConfigError(
-                f"SqliteCallJournalConfig.path must be a non-empty file path, got {self.path!r}",
-                field="path",
-            )
-        if "\x00" in self.path:
-            raise ConfigError("SqliteCallJournalConfig.path must not contain NUL", field="path")
-        require_int(self.busy_timeout_ms, name="SqliteCallJournalConfig.busy_timeout_ms", low=0,
-                    field="busy_timeout_ms")
+        check_sqlite_settings("SqliteCallJournalConfig", path=self.path,
+                              busy_timeout_ms=self.busy_timeout_ms)
 
     def open(self) -> SqliteCallJournal:
         """Build the journal; the database is opened lazily on first use."""
@@ -81,24 +81,9 @@ class FirestoreCallJournalConfig:
     timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        for name in ("project", "database"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value or "/" in value:
-                raise ConfigError(
-                    f"FirestoreCallJournalConfig.{name} must be a non-empty id without '/', "
-                    f"got {value!r}",
-                    field=name,
-                )
-        try:
-            require_collection_id(self.collection)
-        except ConfigError as exc:
-            # The rule is shared with the long-term store; the message names this config.
-            raise ConfigError(
-                str(exc).replace("FirestoreLongtermConfig", "FirestoreCallJournalConfig", 1),
-                field="collection",
-            ) from None
-        require_int(self.timeout_ms, name="FirestoreCallJournalConfig.timeout_ms", low=1,
-                    field="timeout_ms")
+        check_firestore_settings("FirestoreCallJournalConfig", project=self.project,
+                                 database=self.database, collection=self.collection,
+                                 timeout_ms=self.timeout_ms)
 
     def open(self) -> FirestoreCallJournal:
         """Build the journal; the Firestore client is created on first use."""
@@ -107,3 +92,15 @@ class FirestoreCallJournalConfig:
         )
 
         return FirestoreCallJournal(self)
+
+
+def call_journal_config_from_mapping(
+        data: Mapping[str, Any]) -> SqliteCallJournalConfig | FirestoreCallJournalConfig:
+    """A journal config from plain data: ``{"backend": "sqlite"|"firestore", ...fields}``.
+
+    Raises:
+        ConfigError: unknown backend or field, named as ``call_journal.<field>``.
+    """
+    classes: dict[str, type[SqliteCallJournalConfig] | type[FirestoreCallJournalConfig]] = {
+        "sqlite": SqliteCallJournalConfig, "firestore": FirestoreCallJournalConfig}
+    return config_from_mapping(classes, data, "call_journal")

@@ -5,23 +5,21 @@ record. The ids, the document's fields and Firestore's limits are pure rules
 in `beam_agents.stores._firestore_rules` (re-exported here); this module
 adds the client, the queries and the transactions.
 
-This is the only module that imports ``google.cloud``.
+This module and `beam_agents.stores._firestore_client` (the client plumbing it
+shares with the call journal) are the only ones of the store that import
+``google.cloud``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from google.api_core import exceptions as api_exceptions
-from google.auth import exceptions as auth_exceptions
 from google.cloud.firestore_v1 import AsyncClient, AsyncTransaction, async_transactional
 from google.cloud.firestore_v1.async_document import AsyncDocumentReference
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from beam_agents.errors import ConfigError, MemoryContractError, MemoryUnavailable
+from beam_agents.errors import MemoryContractError, MemoryUnavailable
 from beam_agents.memory._store import (
     FlushReceipt,
     LongtermRecord,
@@ -31,6 +29,8 @@ from beam_agents.memory._store import (
 )
 from beam_agents.stores._buffered import BufferedStore
 from beam_agents.stores._config import FirestoreLongtermConfig
+from beam_agents.stores._firestore_client import FirestoreClient
+from beam_agents.stores._firestore_client import close_client as _close_client  # noqa: F401 - tests import it here
 from beam_agents.stores._firestore_rules import (
     MAX_DOCUMENT_BYTES,
     MAX_REQUEST_BYTES,
@@ -63,17 +63,6 @@ __all__ = [
 _T = TypeVar("_T")
 
 
-def _find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
 class FirestoreLongtermStore(BufferedStore):
     """A `DiscardingLongtermStore` on Firestore, for the Dataflow deployment.
 
@@ -97,10 +86,15 @@ class FirestoreLongtermStore(BufferedStore):
     ) -> None:
         super().__init__(check=self._check_limits)
         self._config = config
-        self._client_factory = client_factory
-        self._client: AsyncClient | None = None
-        self._client_lock = asyncio.Lock()
         self._timeout_s = config.timeout_ms / 1000
+        self._firestore = FirestoreClient(
+            timeout_ms=config.timeout_ms, factory=client_factory or self._new_client,
+            where=f"Firestore long-term store {config.project}/{config.database}",
+            field="longterm_memory", unavailable=MemoryUnavailable,
+            ensure_open=self._ensure_client_open, unwrap_value_errors=True)
+
+    def _new_client(self) -> AsyncClient:
+        return AsyncClient(project=self._config.project, database=self._config.database)
 
     @property
     def config(self) -> FirestoreLongtermConfig:
@@ -109,52 +103,13 @@ class FirestoreLongtermStore(BufferedStore):
 
     # -- client and call plumbing ---------------------------------------------
 
-    def _new_client(self) -> AsyncClient:
-        if self._client_factory is not None:
-            return self._client_factory()
-        return AsyncClient(project=self._config.project, database=self._config.database)
-
-    async def _get_client(self) -> AsyncClient:
-        async with self._client_lock:
-            if self._closed:
-                raise MemoryContractError("the FirestoreLongtermStore is closed")
-            if self._client is None:
-                # Credential discovery may block on the metadata server; keep it
-                # off the event loop. The gRPC channel itself is created lazily
-                # on first RPC, in this loop.
-                self._client = await asyncio.to_thread(self._new_client)
-            return self._client
+    def _ensure_client_open(self, what: str) -> None:
+        if self._closed:
+            raise MemoryContractError("the FirestoreLongtermStore is closed")
 
     async def _call(self, what: str, work: Callable[[AsyncClient], Awaitable[_T]]) -> _T:
         self._require_open(what)
-        where = f"Firestore long-term store {self._config.project}/{self._config.database}"
-        try:
-            async with asyncio.timeout(self._timeout_s) as deadline:
-                return await work(await self._get_client())
-        except auth_exceptions.DefaultCredentialsError as exc:
-            raise ConfigError(
-                f"{where}: no Google credentials found ({exc}); configure Application "
-                "Default Credentials for the workers",
-                field="longterm_memory",
-            ) from exc
-        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError) as exc:
-            raise MemoryUnavailable(f"{where}: {what} failed: {exc}") from exc
-        except TimeoutError as exc:
-            raise MemoryUnavailable(
-                f"{where}: {what} did not finish within {self._config.timeout_ms} ms"
-            ) from exc
-        except ValueError as exc:
-            # The SDK's transaction runner can replace the transport error (or
-            # the cancellation of an expired deadline) with a ValueError from
-            # its rollback, chained to the original.
-            if deadline.expired():
-                raise MemoryUnavailable(
-                    f"{where}: {what} did not finish within {self._config.timeout_ms} ms"
-                ) from exc
-            cause = _find_cause(exc, api_exceptions.GoogleAPIError)
-            if cause is None:
-                raise
-            raise MemoryUnavailable(f"{where}: {what} failed: {cause}") from exc
+        return await self._firestore.call(what, work)
 
     def _records(self, client: AsyncClient, entity_key: bytes) -> Any:
         return (
@@ -263,19 +218,8 @@ class FirestoreLongtermStore(BufferedStore):
 
     async def close(self) -> None:
         """Close the client's gRPC channel and drop pending buffers; idempotent."""
-        async with self._client_lock:
+        def mark_closed() -> None:
             self._closed = True
             self._pending.clear()
-            client, self._client = self._client, None
-        if client is not None:
-            await _close_client(client)
 
-
-async def _close_client(client: AsyncClient) -> None:
-    client.close()  # type: ignore[no-untyped-call]  # public; releases HTTP resources only
-    # The AsyncClient has no public way to close its gRPC channel. The GAPIC
-    # client it wraps does (transport.close()); reach it only if it was built.
-    api = getattr(client, "_firestore_api_internal", None)
-    if api is not None:
-        with contextlib.suppress(Exception):
-            await api.transport.close()
+        await self._firestore.close(mark_closed)

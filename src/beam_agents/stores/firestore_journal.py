@@ -5,22 +5,23 @@ the size rules and the decoding are pure rules in
 `beam_agents.stores._journal_rules`. This module adds the client, the query
 and the create-or-read write.
 
-This is the only module of the journal that imports ``google.cloud``.
+This module and `beam_agents.stores._firestore_client` (the client plumbing it
+shares with the long-term store) are the only ones of the journal that import
+``google.cloud``.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
-from google.auth import exceptions as auth_exceptions
 from google.cloud.firestore_v1 import AsyncClient
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from beam_agents.errors import ConfigError, JournalUnavailable, MemoryContractError
+from beam_agents.errors import JournalUnavailable, MemoryContractError
 from beam_agents.model._journal import JournalEntry, JournalWrite
+from beam_agents.stores._firestore_client import FirestoreClient
 from beam_agents.stores._firestore_rules import check_entity_key
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (
@@ -30,7 +31,6 @@ from beam_agents.stores._journal_rules import (
     entry_from_document,
     journal_document_fields,
 )
-from beam_agents.stores.firestore import _close_client
 
 __all__ = ["FirestoreCallJournal", "FirestoreCallJournalConfig"]
 
@@ -72,13 +72,17 @@ class FirestoreCallJournal:
         client_factory: Callable[[], AsyncClient] | None = None,
     ) -> None:
         self._config = config
-        self._client_factory = client_factory
-        self._client: AsyncClient | None = None
-        self._client_lock = asyncio.Lock()
         self._closed = False
         self._timeout_s = config.timeout_ms / 1000
         self._store = (f"firestore call journal "
                        f"{config.project}/{config.database}/{config.collection}")
+        self._firestore = FirestoreClient(
+            timeout_ms=config.timeout_ms, factory=client_factory or self._new_client,
+            where=self._store, field="call_journal",
+            unavailable=JournalUnavailable, ensure_open=self._require_open)
+
+    def _new_client(self) -> AsyncClient:
+        return AsyncClient(project=self._config.project, database=self._config.database)
 
     @property
     def config(self) -> FirestoreCallJournalConfig:
@@ -87,41 +91,13 @@ class FirestoreCallJournal:
 
     # -- client and call plumbing ---------------------------------------------
 
-    def _new_client(self) -> AsyncClient:
-        if self._client_factory is not None:
-            return self._client_factory()
-        return AsyncClient(project=self._config.project, database=self._config.database)
-
     def _require_open(self, what: str) -> None:
         if self._closed:
             raise MemoryContractError(f"{what} on a closed FirestoreCallJournal ({self._store})")
 
-    async def _get_client(self, what: str) -> AsyncClient:
-        async with self._client_lock:
-            self._require_open(what)
-            if self._client is None:
-                # Credential discovery may block on the metadata server; keep it
-                # off the event loop. The gRPC channel is created on first RPC.
-                self._client = await asyncio.to_thread(self._new_client)
-            return self._client
-
     async def _call(self, what: str, work: Callable[[AsyncClient], Awaitable[_T]]) -> _T:
         self._require_open(what)
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return await work(await self._get_client(what))
-        except auth_exceptions.DefaultCredentialsError as exc:
-            raise ConfigError(
-                f"{self._store}: no Google credentials found ({exc}); configure Application "
-                "Default Credentials for the workers",
-                field="call_journal",
-            ) from exc
-        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError) as exc:
-            raise JournalUnavailable(f"{self._store}: {what} failed: {exc}") from exc
-        except TimeoutError as exc:
-            raise JournalUnavailable(
-                f"{self._store}: {what} did not finish within {self._config.timeout_ms} ms"
-            ) from exc
+        return await self._firestore.call(what, work)
 
     def _collection(self, client: AsyncClient) -> Any:
         return client.collection(self._config.collection)
@@ -178,8 +154,7 @@ class FirestoreCallJournal:
 
     async def close(self) -> None:
         """Close the client's gRPC channel; idempotent."""
-        async with self._client_lock:
+        def mark_closed() -> None:
             self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            await _close_client(client)
+
+        await self._firestore.close(mark_closed)

@@ -13,14 +13,7 @@ One connection per store is shared by those threads under a lock.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sqlite3
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
 
 from beam_agents.errors import MemoryUnavailable
 from beam_agents.memory._store import (
@@ -32,10 +25,10 @@ from beam_agents.memory._store import (
 )
 from beam_agents.stores._buffered import BufferedStore
 from beam_agents.stores._config import SqliteLongtermConfig
+from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
+from beam_agents.stores._sqlite_base import enter_wal as _enter_wal  # noqa: F401 - tests import it here
 
 __all__ = ["SqliteLongtermConfig", "SqliteLongtermStore"]
-
-_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS longterm_records (
@@ -104,28 +97,6 @@ def _record(row: tuple[bytes, str, bytes, int, int]) -> LongtermRecord:
     )
 
 
-def _enter_wal(connection: sqlite3.Connection, timeout_s: float) -> None:
-    """Switch the file to WAL mode, retrying a busy answer for up to `timeout_s`.
-
-    Connections that open a new file at once (the parallel instances of one
-    job) each take a shared lock and then need an exclusive one for the switch;
-    SQLite breaks that deadlock by failing one of them with SQLITE_BUSY at
-    once, without consulting the busy timeout. Retrying turns the collision
-    into the wait the timeout promises instead of a failed first flush.
-    """
-    deadline = time.monotonic() + timeout_s
-    pause = 0.002
-    while True:
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
 class SqliteLongtermStore(BufferedStore):
     """A `DiscardingLongtermStore` over one SQLite database file.
 
@@ -139,49 +110,15 @@ class SqliteLongtermStore(BufferedStore):
     def __init__(self, config: SqliteLongtermConfig) -> None:
         super().__init__()
         self._config = config
-        self._db_lock = threading.Lock()
-        self._connection: sqlite3.Connection | None = None
+        self._db = SqliteDatabase(
+            path=config.path, busy_timeout_ms=config.busy_timeout_ms, schema=(_SCHEMA,),
+            where=f"SQLite long-term store {config.path!r}", unavailable=MemoryUnavailable,
+            require_open=self._require_open)
 
     @property
     def config(self) -> SqliteLongtermConfig:
         """The settings this store was opened with."""
         return self._config
-
-    def _connect(self) -> sqlite3.Connection:
-        # Runs in a worker thread holding _db_lock.
-        if self._connection is None:
-            if self._config.path != ":memory:":
-                # The first flush may precede any output, so nothing else made the folder yet.
-                Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(
-                self._config.path,
-                timeout=self._config.busy_timeout_ms / 1000,
-                isolation_level=None,  # autocommit; flush issues BEGIN/COMMIT itself
-                check_same_thread=False,  # used from to_thread workers, one at a time
-            )
-            try:
-                _enter_wal(connection, self._config.busy_timeout_ms / 1000)
-                connection.execute(_SCHEMA)
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
-        return self._connection
-
-    async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        self._require_open(what)
-
-        def call() -> _T:
-            with self._db_lock:
-                self._require_open(what)
-                return work(self._connect())
-
-        try:
-            return await asyncio.to_thread(call)
-        except (sqlite3.Error, OSError) as exc:
-            raise MemoryUnavailable(
-                f"SQLite long-term store {self._config.path!r}: {what} failed: {exc}"
-            ) from exc
 
     async def load(self, entity_key: bytes, key: str) -> LongtermRecord | None:
         """Return the committed row for ``key``, or None."""
@@ -192,7 +129,7 @@ class SqliteLongtermStore(BufferedStore):
             row = connection.execute(_LOAD, (entity_key, key)).fetchone()
             return None if row is None else _record(row)
 
-        return await self._run("load", work)
+        return await self._db.run("load", work)
 
     async def search(
         self, entity_key: bytes, prefix: str, limit: int
@@ -211,7 +148,7 @@ class SqliteLongtermStore(BufferedStore):
                 rows = connection.execute(_SEARCH_BOUNDED, (entity_key, prefix, upper, limit))
             return tuple(_record(row) for row in rows)
 
-        return await self._run("search", work)
+        return await self._db.run("search", work)
 
     async def flush(self, entity_key: bytes) -> FlushReceipt:
         """Commit the entity's buffer in one seq-guarded transaction."""
@@ -225,40 +162,20 @@ class SqliteLongtermStore(BufferedStore):
         def work(connection: sqlite3.Connection) -> tuple[list[str], list[str]]:
             committed: list[str] = []
             superseded: list[str] = []
-            connection.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(connection):
                 for record in records:
                     cursor = connection.execute(
                         _UPSERT,
                         (entity_key, record.key, record.value, record.seq, record.updated_at_ms),
                     )
                     (committed if cursor.rowcount == 1 else superseded).append(record.key)
-                connection.execute("COMMIT")
-            except BaseException:
-                # A failed ROLLBACK must not hide the error that caused it.
-                with contextlib.suppress(sqlite3.Error):
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                raise
             return committed, superseded
 
-        committed, superseded = await self._run("flush", work)
+        committed, superseded = await self._db.run("flush", work)
         return self._settled(entity_key, batch, committed, superseded)
 
     async def close(self) -> None:
         """Close the connection and drop pending buffers; idempotent."""
         self._closed = True
         self._pending.clear()
-
-        def shut() -> None:
-            with self._db_lock:
-                connection, self._connection = self._connection, None
-                if connection is not None:
-                    connection.close()
-
-        try:
-            await asyncio.to_thread(shut)
-        except (sqlite3.Error, OSError) as exc:
-            raise MemoryUnavailable(
-                f"SQLite long-term store {self._config.path!r}: close failed: {exc}"
-            ) from exc
+        await self._db.close()

@@ -19,13 +19,8 @@ deleted by :meth:`SqliteCallJournal.prune`, an operator's job.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sqlite3
-import threading
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TypeVar
+from collections.abc import Mapping
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
 from beam_agents.model._journal import JournalEntry, JournalWrite
@@ -36,11 +31,9 @@ from beam_agents.stores._journal_rules import (
     decode_entry,
     require_int64,
 )
-from beam_agents.stores.sqlite import _enter_wal
+from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
 
 __all__ = ["SqliteCallJournal", "SqliteCallJournalConfig"]
-
-_T = TypeVar("_T")
 
 _COLUMNS = ("cache_key", "entity_key", "seq", "response", "sha256", "digest_only",
             "created_at_ms", "expire_at_ms")
@@ -85,54 +78,20 @@ class SqliteCallJournal:
     def __init__(self, config: SqliteCallJournalConfig) -> None:
         self._config = config
         self._store = f"sqlite call journal {config.path}"
-        self._db_lock = threading.Lock()
-        self._connection: sqlite3.Connection | None = None
         self._closed = False
+        self._db = SqliteDatabase(
+            path=config.path, busy_timeout_ms=config.busy_timeout_ms, schema=_SCHEMA,
+            where=self._store, unavailable=JournalUnavailable,
+            require_open=self._require_open)
 
     @property
     def config(self) -> SqliteCallJournalConfig:
         """The settings this journal was opened with."""
         return self._config
 
-    def _connect(self) -> sqlite3.Connection:
-        # Runs in a worker thread holding _db_lock.
-        if self._connection is None:
-            if self._config.path != ":memory:":
-                # The first paid call may precede any output, so nothing made the folder yet.
-                Path(self._config.path).parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(
-                self._config.path,
-                timeout=self._config.busy_timeout_ms / 1000,
-                isolation_level=None,  # autocommit; write issues BEGIN/COMMIT itself
-                check_same_thread=False,  # used from to_thread workers, one at a time
-            )
-            try:
-                # Parallel workers open one new file at once; see _enter_wal.
-                _enter_wal(connection, self._config.busy_timeout_ms / 1000)
-                for statement in _SCHEMA:
-                    connection.execute(statement)
-            except BaseException:
-                connection.close()
-                raise
-            self._connection = connection
-        return self._connection
-
     def _require_open(self, what: str) -> None:
         if self._closed:
             raise MemoryContractError(f"{what} on a closed SqliteCallJournal ({self._store})")
-
-    async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        self._require_open(what)
-
-        def call() -> _T:
-            with self._db_lock:
-                self._require_open(what)
-                return work(self._connect())
-
-        try:
-            return await asyncio.to_thread(call)
-        except (sqlite3.Error, OSError) as exc:
-            raise JournalUnavailable(f"{self._store}: {what} failed: {exc}") from exc
 
     def _decode(self, row: tuple[object, ...], *, cache_key: str | None = None,
                 entity_key: bytes, seq: int) -> JournalEntry:
@@ -152,7 +111,7 @@ class SqliteCallJournal:
             return {entry.cache_key: entry for entry in sorted(entries,
                                                                key=lambda e: e.cache_key)}
 
-        return await self._run("read", work)
+        return await self._db.run("read", work)
 
     async def write(self, entry: JournalEntry) -> JournalWrite:
         """Insert `entry` unless its key is present; report the entry that stands."""
@@ -161,26 +120,17 @@ class SqliteCallJournal:
                   int(entry.digest_only), entry.created_at_ms, entry.expire_at_ms)
 
         def work(connection: sqlite3.Connection) -> JournalWrite:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate_transaction(connection):
                 if connection.execute(_INSERT, values).rowcount == 1:
-                    connection.execute("COMMIT")
                     return JournalWrite(won=True, stored=entry)
                 row = connection.execute(_STANDING, (entry.cache_key,)).fetchone()
-                connection.execute("COMMIT")
-            except BaseException:
-                # A failed ROLLBACK must not hide the error that caused it.
-                with contextlib.suppress(sqlite3.Error):
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                raise
             # The key scopes (entity_key, seq) (seed 002), so a standing row of
             # another activation under it is corrupt, never a result to replay.
             stored = self._decode(row, cache_key=entry.cache_key, entity_key=entry.entity_key,
                                   seq=entry.seq)
             return JournalWrite(won=False, stored=stored)
 
-        return await self._run("write", work)
+        return await self._db.run("write", work)
 
     async def prune(self, before_ms: int) -> int:
         """Delete entries whose ``expire_at_ms`` is before `before_ms`; return how many.
@@ -195,19 +145,9 @@ class SqliteCallJournal:
         def work(connection: sqlite3.Connection) -> int:
             return connection.execute(_PRUNE, (before_ms,)).rowcount
 
-        return await self._run("prune", work)
+        return await self._db.run("prune", work)
 
     async def close(self) -> None:
         """Close the connection; idempotent."""
         self._closed = True
-
-        def shut() -> None:
-            with self._db_lock:
-                connection, self._connection = self._connection, None
-                if connection is not None:
-                    connection.close()
-
-        try:
-            await asyncio.to_thread(shut)
-        except (sqlite3.Error, OSError) as exc:
-            raise JournalUnavailable(f"{self._store}: close failed: {exc}") from exc
+        await self._db.close()
