@@ -21,4 +21,10 @@ The benchmarks (see each module's docstring for what it measures and why):
 * B6 `benchmarks.b6_latency`: throughput when the model takes 200 ms to answer,
   64 keys in flight, on the Beam batch and streaming paths and on Flink,
   against one activation at a time.
+* B7 `benchmarks.b7_journal`: the time a journaled model call adds over an
+  unjournaled one at the activation core, on SQLite and on the Firestore
+  test server, as a share of a 200 ms model call; reads and writes counted.
+* B8 `benchmarks.b8_paid_calls`: paid model calls per committed activation
+  under a bundle retry, a crash/restore, a rerun and a transient outage,
+  with the journal and without.
 """

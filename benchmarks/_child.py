@@ -27,6 +27,8 @@ MODULES = {
     "B4": "benchmarks.b4_soak",
     "B5": "benchmarks.b5_cache_key",
     "B6": "benchmarks.b6_latency",
+    "B7": "benchmarks.b7_journal",
+    "B8": "benchmarks.b8_paid_calls",
 }
 
 

@@ -132,6 +132,42 @@ def _b6(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
     axes[1].set_title("B6 CPU per activation (Flink: JVM and Python workers)")
 
 
+def _b7(result: Mapping[str, Any], ax: Axes) -> None:
+    backends = [(name, result[name]) for name in ("sqlite", "firestore")
+                if isinstance(result.get(name), Mapping)]
+    _bars(ax, [f"{name}\n{part['reads_per_activation']} read/act, "
+               f"{part['writes_per_paid_call']} write/call" for name, part in backends],
+          [part["added_ms_per_call"] for _, part in backends], "ms added per journaled call",
+          ["#1f77b4", "#ff7f0e"][:len(backends)])
+    limit = result["target"] * result["model_call_ms"] / 100
+    ax.axhline(limit, color="#d62728", ls=":",
+               label=f"target: {result['target']} % of a {result['model_call_ms']} ms call "
+                     f"= {limit:.0f} ms")
+    ax.set_ylim(0, max(limit, *(part["added_ms_per_call"]["max"] for _, part in backends))
+                * 1.2)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"B7 call journal: +{result['ratio']:.2f} % of a {result['model_call_ms']} ms "
+                 f"call ({result['ratio_backend']})")
+
+
+def _b8(result: Mapping[str, Any], ax: Axes) -> None:
+    cases = ("bundle_retry", "crash_restore", "rerun", "transient_outage")
+    xs = range(len(cases))
+    for offset, (side, label, color) in enumerate((("journal_off", "journal off", "#888888"),
+                                                   ("journal_on", "journal on (SQLite)",
+                                                    "#1f77b4"))):
+        values = [result[case][side]["paid_per_committed"] for case in cases]
+        bars = ax.bar([x + (offset - 0.5) * 0.38 for x in xs], values, width=0.38,
+                      label=label, color=color)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.axhline(result["target"], color="#d62728", ls=":", label=f"target {result['target']}")
+    ax.set_xticks(list(xs), [case.replace("_", "\n") for case in cases])
+    ax.set_ylabel("paid calls per committed activation")
+    ax.set_ylim(0, max(2.0, result["ratio_journal_off"]) * 1.25)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title("B8 paid model calls under faults")
+
+
 def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
     """Draw a figure for every benchmark present in `results`; returns the files written."""
     written = []
@@ -143,7 +179,8 @@ def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
             (_b3 if name == "B3" else _b6)(results[name], (pair[0], pair[1]))
         else:
             fig, ax = plt.subplots(figsize=(8, 4.2))
-            {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5}[name](results[name], ax)
+            draw = {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B7": _b7, "B8": _b8}[name]
+            draw(results[name], ax)
         fig.tight_layout()
         path = out / filename
         fig.savefig(path, dpi=110)

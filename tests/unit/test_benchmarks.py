@@ -16,9 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
-TARGETED = ("B1", "B2", "B4", "B6")
+TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8")
 B6_PATH_FIELDS = ("events_per_s", "ratio_to_serial", "ratio_to_ideal", "cpu_ms_per_event",
                   "cpu_cores_busy")
+B7_BACKEND_STATS = ("journaled_ms", "unjournaled_ms", "ratio_journaled_to_unjournaled",
+                    "added_ms_per_call", "added_percent_of_model_call")
+B7_BACKEND_COUNTS = ("activations", "paid_calls", "journal_reads", "journal_writes",
+                     "reads_per_activation", "writes_per_paid_call")
+B8_CASES = ("bundle_retry", "crash_restore", "rerun", "transient_outage")
 
 
 def _is_stat(value: object) -> bool:
@@ -33,7 +38,7 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
 
     document = json.loads((tmp_path / "latest.json").read_text())
     assert document["environment"]["quick"] is True
-    for name in ("B1", "B2", "B3", "B4", "B5", "B6"):
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8"):
         result = document[name]
         assert result["name"] and result["note"], name
         assert isinstance(result["ratio"], int | float), name
@@ -58,7 +63,26 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
         assert all(_is_stat(result[field]) for field in B6_PATH_FIELDS), (path, result)
         assert isinstance(result["ideal_events_per_s"], int | float), path
         assert isinstance(result["met"], bool), path
+    b7 = document["B7"]
+    for backend in ("sqlite", "firestore"):
+        result = b7[backend]
+        if backend == "firestore" and isinstance(result, str):
+            # The Firestore test server is a Node package; a run without it says why.
+            assert result.startswith("not measured: ") and len(result) > 14, result
+            continue
+        assert all(_is_stat(result[field]) for field in B7_BACKEND_STATS), (backend, result)
+        assert all(isinstance(result[field], int | float) for field in B7_BACKEND_COUNTS)
+        assert isinstance(result["met"], bool), backend
+    b8 = document["B8"]
+    for case in B8_CASES:
+        for side in ("journal_on", "journal_off"):
+            counts = b8[case][side]
+            assert all(isinstance(counts[field], int | float) for field in (
+                "committed_activations", "paid_calls", "provider_attempts",
+                "paid_per_committed")), (case, side, counts)
+        # A count, not a timing: with the journal no call is paid twice.
+        assert b8[case]["journal_on"]["paid_per_committed"] == 1.0, case
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "b1_activation.png", "b2_pipeline.png", "b3_scaling.png", "b4_soak.png",
-        "b5_cache_key.png", "b6_latency.png"]
+        "b5_cache_key.png", "b6_latency.png", "b7_journal.png", "b8_paid_calls.png"]
     assert "B1" in done.stdout and "met" in done.stdout  # the table was printed

@@ -7,14 +7,17 @@ the provider answers differently every time.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from beam_agents.errors import JournalUnavailable
-from beam_agents.hosting import load_agent
+from beam_agents.hosting import load_agent, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import InMemoryCallJournal, JournalEntry, JournalWrite, ModelRequest
 from beam_agents.runtime import (
@@ -26,6 +29,7 @@ from beam_agents.runtime import (
     Failed,
     KeyedState,
 )
+from beam_agents.stores import SqliteCallJournalConfig
 from beam_agents.testing import ScriptedModel
 
 pytestmark = pytest.mark.timeout(60)
@@ -141,3 +145,24 @@ def test_an_oversized_response_is_journaled_digest_only_and_a_replay_counts_dive
         assert isinstance(rt.activate(KeyedState(), EVENT), Committed)
     assert big.calls == 2  # a digest cannot be replayed, only compared
     assert metrics.get("beam_agents.model", "replay_divergence") == 1
+
+
+def test_a_corrupt_journal_row_dead_letters_the_activation_naming_the_store(
+        tmp_path: Path) -> None:
+    """A typed error, stage JOURNAL, not retriable; nothing commits and nothing crashes."""
+    path = tmp_path / "calls.sqlite"
+    config = AgentConfig(agent="tests.agents:ask",
+                         call_journal=SqliteCallJournalConfig(path=str(path)))
+    with start_runtime(config) as rt:
+        assert isinstance(rt.activate(KeyedState(), EVENT), Committed)  # creates the table
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE call_journal SET response = ?", (b"tampered",))
+        assert connection.execute("SELECT count(*) FROM call_journal").fetchone() == (1,)
+        stored = connection.execute("SELECT sha256 FROM call_journal").fetchone()[0]
+    connection.close()
+    assert stored != hashlib.sha256(b"tampered").digest()
+    with start_runtime(config) as rt:
+        outcome = rt.activate(KeyedState(), EVENT)
+    assert isinstance(outcome, Failed)
+    assert outcome.error.stage == ErrorRecord.STAGE_JOURNAL and not outcome.error.retriable
+    assert str(path) in outcome.error.message and outcome.llm_cache is None

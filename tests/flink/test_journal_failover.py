@@ -1,0 +1,233 @@
+"""A worker crash on Flink with the call journal on pays no model call twice (invariant 9).
+
+The failover job of ``test_failover`` (a crash right after a committed flush,
+once a checkpoint covers the entity, with other entities' activations in
+flight) runs against an OpenAI-compatible server in the test process, so its
+request count outlives the Python worker and the checkpoint restore. The
+agent makes one model call per event.
+
+- (a) fault-free, journal on: the reference, one call per event;
+- (b) the crash, a SQLite journal: every event answered exactly once, as in
+  (a), and the same rows and intents as the fault-free run. A call the crash
+  cuts off in flight (the fault abandons other keys' activations mid-run) is
+  asked again, because its answer never reached the worker to be journaled;
+  the server tells those apart, so the test asserts calls = (a) + cut off;
+- (c) the crash, no journal: the restored activations pay again; the test
+  prints how many calls were re-paid (the figure the README quotes).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from beam_agents.stores import SqliteLongtermConfig
+from tests.flink.conftest import job_env, run_job
+from tests.flink.test_failover import (
+    CRASH_ENTITY,
+    CRASH_SEQ,
+    ENTITIES,
+    EVENTS_PER_ENTITY,
+    MODEL_LATENCY_MS,
+    _check_convergence,
+    _write_events,
+)
+
+pytestmark = pytest.mark.timeout(400)
+
+EVENTS = len(ENTITIES) * EVENTS_PER_ENTITY
+
+
+@dataclass
+class _Run:
+    """One job run: its directory, long-term store, flush log and the provider calls it made."""
+
+    out: Path
+    store: SqliteLongtermConfig
+    log: list[tuple[str, str, int]]
+    calls: Counter[str]  # request content -> times the provider was asked
+    delivered: Counter[str]  # request content -> answers that reached the worker
+    seconds: float
+
+    @property
+    def paid(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def lost(self) -> int:
+        """Calls paid whose answer never reached the worker (in flight at the crash)."""
+        return self.paid - sum(self.delivered.values())
+
+
+class _Provider:
+    """An OpenAI-compatible server answering ``ok <content>`` after the failover's model latency.
+
+    It counts every request (`calls`) and, apart, the answers that reached the
+    worker (`delivered`): a call in flight when the worker crashes is paid,
+    but its answer never arrives, so no journal can hold it.
+    """
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.delivered: Counter[str] = Counter()
+        lock = threading.Lock()
+        calls, delivered = self.calls, self.delivered
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                content = str(body["messages"][-1]["content"])
+                with lock:
+                    calls[content] += 1
+                # The latency lets a worker's keys overlap, as the local model's does.
+                time.sleep(MODEL_LATENCY_MS / 1000)
+                payload = json.dumps({
+                    "id": "chatcmpl-1", "object": "chat.completion", "model": "fake",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant",
+                                             "content": f"ok {content}"}}]}).encode()
+                if _peer_closed(self.connection):  # the worker died waiting
+                    return
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    self.wfile.flush()
+                except OSError:  # BrokenPipeError, ConnectionResetError
+                    return
+                with lock:
+                    delivered[content] += 1
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Provider:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True if the client hung up: its socket reads as EOF (it never pipelines requests)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def _run(events: Path, out: Path, *, crash_seq: int, journal: bool) -> _Run:
+    """Run the failover job against a fresh provider; `crash_seq` 0 runs it without a fault."""
+    out.mkdir(parents=True)
+    store = SqliteLongtermConfig(path=str(out / "longterm.sqlite"))
+    log = out / "flushes.log"
+    fault = ["--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
+             "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
+             "--flush_delay_ms", "10", "--min_in_flight", "1", "--"]
+    started = time.monotonic()
+    with _Provider() as provider:
+        job = ["--input_files", str(events), "--output_path", str(out / "intents"),
+               "--errors_path", str(out / "errors"), "--agent", "tests.agents:paced_journal",
+               "--model_provider", "openai", "--model_id", "fake",
+               "--model_base_url", provider.url,
+               "--longterm_store", "sqlite", "--sqlite_path", store.path,
+               *(["--call_journal", "sqlite", "--call_journal_path", str(out / "calls.sqlite")]
+                 if journal else ["--call_journal", "none"]),
+               "--python_executable", sys.executable, "--parallelism", "2",
+               "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
+               "--restart_delay_ms", "2000"]
+        run_job(["-m", "tests.flink.failover_job", *fault, *job], env=job_env(),
+                log_dir=out / "flink-log")
+    seconds = time.monotonic() - started
+    entries = []
+    for line in log.read_text().splitlines():
+        phase, entity, seq = line.split()
+        entries.append((phase, entity, int(seq)))
+    return _Run(out=out, store=store, log=entries, calls=Counter(provider.calls),
+                delivered=Counter(provider.delivered), seconds=seconds)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("journal-failover")
+    _write_events(root / "events.jsonl")
+    return root
+
+
+@pytest.fixture(scope="module")
+def clean(scratch: Path) -> _Run:
+    """Run (a): fault-free, journal on."""
+    run = _run(scratch / "events.jsonl", scratch / "clean", crash_seq=0, journal=True)
+    print(f"fault-free, journal on: {run.paid} calls in {run.seconds:.0f} s")
+    assert run.paid == EVENTS and set(run.calls.values()) == {1}  # one call per event
+    assert run.delivered == run.calls
+    return run
+
+
+def _chaos(scratch: Path, name: str, clean: _Run, *, journal: bool) -> tuple[Path, _Run]:
+    """A crashed run under ``<scratch>/<name>/chaos``, beside ``clean`` for `_check_convergence`."""
+    base = scratch / name
+    base.mkdir()
+    (base / "clean").symlink_to(clean.out, target_is_directory=True)
+    return base, _run(scratch / "events.jsonl", base / "chaos", crash_seq=CRASH_SEQ,
+                      journal=journal)
+
+
+@pytest.mark.spec("M21")
+def test_a_worker_crash_with_the_journal_on_pays_no_call_twice_on_flink(
+        scratch: Path, clean: _Run) -> None:
+    """THEN the restore replays the journal: no answered call is paid again."""
+    base, chaos = _chaos(scratch, "journal-on", clean, journal=True)
+    print(f"crash, journal on: {chaos.paid} calls in {chaos.seconds:.0f} s "
+          f"(fault-free: {clean.paid}; {chaos.lost} in flight at the crash, never answered: "
+          f"{sorted(c for c, n in chaos.calls.items() if n > 1)})")
+
+    _check_convergence(base, clean.store, chaos.store, clean.log, chaos.log)
+    # Every call whose answer reached the worker was journaled before the agent
+    # saw it, so the restored activations replayed it: each event was answered
+    # exactly once. Only a call cut off in flight by the crash (the fault
+    # abandons other keys' activations mid-call) is asked again: its answer
+    # never existed on the worker side to be journaled.
+    assert chaos.delivered == clean.calls, [c for c, n in chaos.delivered.items() if n > 1][:10]
+    assert chaos.paid == clean.paid + chaos.lost
+
+
+@pytest.mark.spec("M21")
+def test_a_worker_crash_with_the_journal_off_pays_again_on_flink(
+        scratch: Path, clean: _Run) -> None:
+    """THEN without a journal the restored activations pay their calls again."""
+    base, chaos = _chaos(scratch, "journal-off", clean, journal=False)
+    repaid = chaos.paid - clean.paid
+    print(f"journal off: {repaid} calls re-paid after the failover "
+          f"({chaos.paid} calls against {clean.paid} fault-free, {chaos.lost} of them cut off "
+          f"in flight at the crash; {chaos.seconds:.0f} s)")
+
+    _check_convergence(base, clean.store, chaos.store, clean.log, chaos.log)
+    assert set(chaos.calls) == set(clean.calls)  # every event was asked about
+    # Answered calls re-paid: the restored activations asked again for answers
+    # the worker had already received (what the journal saves, beyond the in-flight ones).
+    assert sum(chaos.delivered.values()) > clean.paid
+    assert repaid > chaos.lost
