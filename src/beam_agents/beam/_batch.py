@@ -20,7 +20,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_agents.beam._host import ERRORS, ProviderFactory, build_runtime, route, wall_ms
+from beam_agents.beam._host import ProviderFactory, build_runtime, route, wall_ms
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.runtime import ActivationRuntime, AgentConfig, KeyedEngine, KeyRuns
 
@@ -79,9 +79,8 @@ class AgentBatchDoFn(beam.DoFn):
         self._runs = None
         self._metrics.flush()
         window = GlobalWindow()
-        for channel, line in lines:
-            value = WindowedValue(line, window.max_timestamp(), (window,))
-            yield value if channel == "intents" else beam.pvalue.TaggedOutput(ERRORS, value)
+        return route((channel, WindowedValue(line, window.max_timestamp(), (window,)))
+                     for channel, line in lines)
 
     def teardown(self) -> None:
         """Close the clients."""

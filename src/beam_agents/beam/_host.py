@@ -33,8 +33,8 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def route(lines: Iterable[tuple[str, bytes]]) -> Iterator[Any]:
-    """Intents to the main output, dead letters to the ``errors`` output."""
+def route(lines: Iterable[tuple[str, Any]]) -> Iterator[Any]:
+    """Intents to the main output, dead letters to the ``errors`` output (lines or windowed)."""
     for channel, line in lines:
         yield line if channel == "intents" else beam.pvalue.TaggedOutput(ERRORS, line)
 
