@@ -8,6 +8,10 @@ r"""The ``beam-agents`` command: run the pipeline, read and redrive dead letters
 ``run`` takes every Beam pipeline flag (``--runner``, ``--flink_master``, ...)
 besides the agent pipeline's own (see ``beam-agents run --help``) and ends with
 a summary of the run's counters.
+
+A configuration or runner error (an unknown flag value, a runner that cannot
+start, a failed job) ends the command with one line on stderr and exit
+status 2; ``--debug``, anywhere on the line, shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ import logging
 import os
 import sys
 import time
+import traceback
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from google.protobuf.message import DecodeError
 
 from beam_agents.errors import BeamAgentsError, EventDecodeError
 from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
 
-__all__ = ["main", "redrive_lines"]
+__all__ = ["main", "redrivable", "redrive_lines"]
 
 SUMMARY_COUNTERS = (
     ("events read", "beam_agents.runtime", "events"),
@@ -55,15 +62,33 @@ def redrive_lines(records: Sequence[ErrorRecord]) -> list[bytes]:
 
     Activation failures carry the serialized AgentEvent and become a JSON
     input line again; DECODE failures carry the raw input, returned as it was
-    for the producer (or a person) to repair.
+    for the producer (or a person) to repair. A record whose event was cut to
+    a prefix (over ``--max_event_bytes``) is left out: only its source holds
+    the whole (see `redrivable`).
+
+    Raises:
+        EventDecodeError: an activation failure's event is not an AgentEvent.
     """
     lines = []
     for record in records:
+        if not redrivable(record):
+            continue
         if record.stage == ErrorRecord.STAGE_DECODE:
             lines.append(record.event.rstrip(b"\n"))
         else:
-            lines.append(event_to_json(AgentEvent.FromString(record.event)))
+            try:
+                event = AgentEvent.FromString(record.event)
+            except DecodeError as exc:
+                raise EventDecodeError(f"the {ErrorRecord.Stage.Name(record.stage)} record of "
+                                       f"seq {record.seq} holds no AgentEvent: {exc}",
+                                       field="event") from exc
+            lines.append(event_to_json(event))
     return lines
+
+
+def redrivable(record: ErrorRecord) -> bool:
+    """False for a record that holds only a prefix of its event (``event_bytes`` is set)."""
+    return not record.event_bytes
 
 
 def _show(path: str) -> int:
@@ -83,7 +108,12 @@ def _show(path: str) -> int:
 
 
 def _redrive(path: str, output: str | None) -> int:
-    lines = redrive_lines([record for _, record in _error_lines(path)])
+    records = [record for _, record in _error_lines(path)]
+    lines = redrive_lines(records)
+    for record in records:
+        if not redrivable(record):
+            print(f"left out: an event of {record.event_bytes} bytes over the size limit; find it "
+                  f"at the source by its sha256 {record.event_sha256.hex()}", file=sys.stderr)
     data = b"".join(line + b"\n" for line in lines)
     if output:
         Path(output).write_bytes(data)
@@ -173,6 +203,8 @@ def _summarize(result: object, elapsed_s: float) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``beam-agents``; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [arg for arg in args if arg != "--debug"]
     parser = argparse.ArgumentParser(prog="beam-agents", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the agent pipeline (see: beam-agents run --help)",
@@ -185,16 +217,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive.add_argument("file")
     redrive.add_argument("-o", "--output", help="write here instead of stdout")
     if args[:1] == ["run"]:
-        return _guarded(lambda: _run(args[1:]))
+        return _guarded(lambda: _run(args[1:]), debug=debug)
     parsed = parser.parse_args(args)
     if parsed.action == "show":
-        return _guarded(lambda: _show(parsed.file))
-    return _guarded(lambda: _redrive(parsed.file, parsed.output))
+        return _guarded(lambda: _show(parsed.file), debug=debug)
+    return _guarded(lambda: _redrive(parsed.file, parsed.output), debug=debug)
 
 
-def _guarded(command: object) -> int:
+#: How long the one error line may grow: a failed job's message holds the
+#: worker's whole traceback, which --debug shows.
+_ERROR_LINE_CHARS = 400
+
+
+def _guarded(command: Callable[[], int], *, debug: bool) -> int:
+    """Run `command`; any failure is one line on stderr and exit 2 (a traceback with --debug)."""
     try:
-        return command()  # type: ignore[operator, no-any-return]
-    except (BeamAgentsError, OSError) as exc:
-        print(f"beam-agents: {exc}", file=sys.stderr)
+        return command()
+    except KeyboardInterrupt:
+        print("beam-agents: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+            return 2
+        print(_one_line(exc), file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """``beam-agents: <what>``: the message's first line, typed unless it is one of ours."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    details, code = getattr(exc, "details", None), getattr(exc, "code", None)
+    if callable(details) and callable(code):  # a gRPC error: a job server's answer
+        text = f"{getattr(code(), 'name', code())}: {details()}"
+    if not isinstance(exc, BeamAgentsError | OSError):
+        text = f"{type(exc).__name__}: {text}"
+    if len(text) > _ERROR_LINE_CHARS:
+        text = text[:_ERROR_LINE_CHARS - 1] + "…"
+    hint = "" if isinstance(exc, BeamAgentsError) else " (--debug shows the traceback)"
+    return f"beam-agents: {text}{hint}"

@@ -78,7 +78,8 @@ _RETRY_FLAGS = (
      "letter, the first included (default 8)."),
 )
 _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
-                           "max_intent_bytes", "traceback_bytes", "max_in_flight",
+                           "max_intent_bytes", "max_event_bytes", "traceback_bytes",
+                           "max_in_flight",
                            "agent_threads", "retry", "call_journal", "call_journal_ttl_ms"})
 
 
@@ -179,6 +180,9 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
     agent.add_argument("--agent_config", help="JSON file with AgentConfig fields; flags "
                        "given explicitly override it.")
     agent.add_argument("--activation_timeout_ms", type=int, help="Per-activation timeout.")
+    agent.add_argument("--max_event_bytes", type=int, help="Largest input element, in bytes, "
+                       "1024 to 67108864 (default 1048576); a larger one is a DECODE dead "
+                       "letter with its size, sha256 and first 4 KiB.")
     engine = parser.add_argument_group("concurrency and retries")
     for flag, _, text in (*_ENGINE_FLAGS, *_RETRY_FLAGS):
         engine.add_argument(f"--{flag}", type=int, help=text)
@@ -266,6 +270,8 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
         raise ConfigError("set --agent (or 'agent' in --agent_config)", field="agent")
     if given("activation_timeout_ms") is not None:
         data["timeout_ms"] = given("activation_timeout_ms")
+    if given("max_event_bytes") is not None:
+        data["max_event_bytes"] = given("max_event_bytes")
     data.update({key: given(flag) for flag, key, _ in _ENGINE_FLAGS if given(flag) is not None})
     retry = dict(data.get("retry") or {})
     retry.update({key: given(flag) for flag, key, _ in _RETRY_FLAGS if given(flag) is not None})

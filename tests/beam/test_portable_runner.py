@@ -172,25 +172,28 @@ def no_downloads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
 
 def test_a_job_server_jar_path_that_does_not_exist_fails_before_any_download(
-        tmp_path: Path, no_downloads: list[str]) -> None:
-    with pytest.raises(ValueError, match=r'Unable to parse jar URL "/nonexistent\.jar"'):
-        main(flink_run_argv(tmp_path, "--flink_job_server_jar=/nonexistent.jar"))
+        tmp_path: Path, no_downloads: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(flink_run_argv(tmp_path, "--flink_job_server_jar=/nonexistent.jar")) == 2
 
+    assert 'ValueError: Unable to parse jar URL "/nonexistent.jar"' in capsys.readouterr().err
     assert no_downloads == []
 
 
 def test_without_a_job_server_jar_beam_fetches_it_from_maven_and_names_the_cache_path(
-        tmp_path: Path, no_downloads: list[str]) -> None:
+        tmp_path: Path, no_downloads: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "jars"
     name = f"beam-runners-flink-1.19-job-server-{apache_beam.__version__}.jar"
 
-    with pytest.raises(RuntimeError, match="Unable to fetch remote job server jar") as failure:
-        main(flink_run_argv(tmp_path, "--flink_version=1.19", f"--jar_cache_dir={cache}"))
+    # --debug: the whole message, which names where to stage the jar.
+    assert main(["--debug", *flink_run_argv(tmp_path, "--flink_version=1.19",
+                                            f"--jar_cache_dir={cache}")]) == 2
+    failure = capsys.readouterr().err
+    assert "RuntimeError: Unable to fetch remote job server jar" in failure
 
     maven = ("https://repo.maven.apache.org/maven2/org/apache/beam/"
              f"beam-runners-flink-1.19-job-server/{apache_beam.__version__}/{name}")
     assert no_downloads[0] == maven  # Beam 2.7x then tries Google's Maven mirror
-    assert f"stage the jar at {cache / name}" in str(failure.value)
+    assert f"stage the jar at {cache / name}" in failure
 
 
 def test_a_job_server_jar_in_the_cache_is_used_without_a_download(
@@ -272,12 +275,15 @@ def external_endpoint(environment: runner_api.Environment) -> str:
 
 
 def test_beam_agents_run_hands_flink_options_to_the_job_server(
-        tmp_path: Path, job_service: tuple[RecordingJobService, str]) -> None:
+        tmp_path: Path, job_service: tuple[RecordingJobService, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
     service, endpoint = job_service
 
-    with pytest.raises(grpc.RpcError, match="recorded by the test job service"):
-        main(flink_run_argv(tmp_path, f"--job_endpoint={endpoint}", "--parallelism=4",
-                            "--checkpointing_interval=60000"))
+    assert main(flink_run_argv(tmp_path, f"--job_endpoint={endpoint}", "--parallelism=4",
+                               "--checkpointing_interval=60000")) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines()
+              if line.startswith("beam-agents:")]
+    assert "recorded by the test job service" in line and "Traceback" not in line
 
     options = service.options()
     assert options["beam:option:checkpointing_interval:v1"] == "60000"

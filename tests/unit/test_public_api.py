@@ -37,6 +37,8 @@ PUBLIC = {
         "decode_event", "decode_event_json", "decode_event_proto", "decode_input",
         "encode_payload", "error_from_json", "error_record", "error_to_json", "event_to_json",
         "intent_to_json", "stage_of",
+        # Input bounds (invariant 8): the size limit and the bounded line reader.
+        "MAX_EVENT_BYTES", "OVERSIZE_PREFIX_BYTES", "Oversize", "read_lines",
     ],
     "beam_agents.hosting": [
         "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping",

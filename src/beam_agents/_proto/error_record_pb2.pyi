@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ErrorRecord(_message.Message):
-    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts")
+    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts", "event_bytes", "event_sha256")
     class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STAGE_UNSPECIFIED: _ClassVar[ErrorRecord.Stage]
@@ -21,6 +21,7 @@ class ErrorRecord(_message.Message):
         STAGE_CONFIG: _ClassVar[ErrorRecord.Stage]
         STAGE_OUTPUT: _ClassVar[ErrorRecord.Stage]
         STAGE_JOURNAL: _ClassVar[ErrorRecord.Stage]
+        STAGE_SCOPE_VIOLATION: _ClassVar[ErrorRecord.Stage]
     STAGE_UNSPECIFIED: ErrorRecord.Stage
     STAGE_DECODE: ErrorRecord.Stage
     STAGE_STATE_CORRUPT: ErrorRecord.Stage
@@ -33,6 +34,7 @@ class ErrorRecord(_message.Message):
     STAGE_CONFIG: ErrorRecord.Stage
     STAGE_OUTPUT: ErrorRecord.Stage
     STAGE_JOURNAL: ErrorRecord.Stage
+    STAGE_SCOPE_VIOLATION: ErrorRecord.Stage
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +45,8 @@ class ErrorRecord(_message.Message):
     EVENT_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVENT_SHA256_FIELD_NUMBER: _ClassVar[int]
     stage: ErrorRecord.Stage
     error_type: str
     message: str
@@ -53,4 +57,6 @@ class ErrorRecord(_message.Message):
     event: bytes
     event_id: str
     attempts: int
-    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
+    event_bytes: int
+    event_sha256: bytes
+    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., event_bytes: _Optional[int] = ..., event_sha256: _Optional[bytes] = ...) -> None: ...

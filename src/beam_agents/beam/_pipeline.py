@@ -31,7 +31,15 @@ from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._host import ProviderFactory
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
-from beam_agents.runtime import AgentConfig, ErrorRecord, InputDecoder, error_to_json
+from beam_agents.beam._read import ReadLines
+from beam_agents.runtime import (
+    MAX_EVENT_BYTES,
+    AgentConfig,
+    ErrorRecord,
+    InputDecoder,
+    Oversize,
+    error_to_json,
+)
 
 __all__ = ["DecodeEvents", "build_pipeline", "run"]
 
@@ -39,22 +47,28 @@ __all__ = ["DecodeEvents", "build_pipeline", "run"]
 class DecodeEvents(beam.DoFn):
     """Bytes -> ``(entity_key, AgentEvent bytes)``; undecodable input -> a DECODE error record."""
 
-    def __init__(self, input_format: str, *, progress_every: int = 0) -> None:
+    def __init__(self, input_format: str, *, max_event_bytes: int = MAX_EVENT_BYTES,
+                 progress_every: int = 0) -> None:
         super().__init__()
         self._format = input_format
+        self._max_event_bytes = max_event_bytes
         self._progress_every = progress_every
         self._seen = 0
         self._metrics = BeamMetrics()
-        self._decode = InputDecoder(input_format, self._metrics)
+        self._decode = self._decoder()
+
+    def _decoder(self) -> InputDecoder:
+        return InputDecoder(self._format, self._metrics, max_event_bytes=self._max_event_bytes)
 
     def setup(self) -> None:
         """Bind fresh counters on the worker."""
         self._metrics = BeamMetrics()
-        self._decode = InputDecoder(self._format, self._metrics)
+        self._decode = self._decoder()
 
-    def process(self, element: bytes | str) -> Iterator[Any]:
-        """Decode one element."""
-        data = element.encode() if isinstance(element, str) else bytes(element)
+    def process(self, element: bytes | str | Oversize) -> Iterator[Any]:
+        """Decode one element: bytes from every source (files are read undecoded)."""
+        data = element if isinstance(element, Oversize) else (
+            element.encode() if isinstance(element, str) else bytes(element))
         self._report_progress()
         decoded = self._decode(data)
         self._metrics.flush()
@@ -69,13 +83,15 @@ class DecodeEvents(beam.DoFn):
             print(f"\r  read {self._seen} events", end="", file=sys.stderr, flush=True)
 
 
-def _read(pipeline: Pipeline, opts: AgentPipelineOptions) -> Any:
+def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) -> Any:
     if opts.input_subscription:
         return pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
             subscription=opts.input_subscription)
     if opts.input_format == "proto":
         return pipeline | "ReadTFRecord" >> beam.io.ReadFromTFRecord(opts.input_files)
-    return pipeline | "ReadJsonl" >> beam.io.ReadFromText(opts.input_files)
+    # Lines stay bytes, bounded by the size limit: a line that is not UTF-8,
+    # or is huge, reaches the decoder and becomes a DECODE record (invariant 8).
+    return pipeline | "ReadJsonl" >> ReadLines(opts.input_files, max_event_bytes)
 
 
 def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
@@ -126,8 +142,9 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     check_io(opts)
     if config is None:
         config = agent_config_from_options(options)
-    decoded = _read(pipeline, opts) | "Decode" >> beam.ParDo(
-        DecodeEvents(opts.input_format, progress_every=progress_every)).with_output_types(
+    decoded = _read(pipeline, opts, config.max_event_bytes) | "Decode" >> beam.ParDo(
+        DecodeEvents(opts.input_format, max_event_bytes=config.max_event_bytes,
+                     progress_every=progress_every)).with_output_types(
         beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="events")
     # A subscription never ends, so it takes the streaming path even before
     # `run` marks the options streaming: a GroupByKey would never fire on it.

@@ -39,7 +39,13 @@ from beam_agents.errors import ConfigError
 from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
 from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
-from beam_agents.runtime import AgentConfig, ErrorRecord, InputDecoder, error_to_json
+from beam_agents.runtime import (
+    MAX_EVENT_BYTES,
+    AgentConfig,
+    ErrorRecord,
+    InputDecoder,
+    error_to_json,
+)
 
 __all__ = ["DecodeEvents", "FlinkJobOptions", "agent_stream", "build_job", "environment",
            "flink_settings", "job_parser", "parse_args", "run"]
@@ -112,26 +118,48 @@ class FlinkJobOptions:
                         noun="")
 
 
+#: The file source decodes lines as ISO-8859-1, which maps each byte to one
+#: char, so ``str.encode("latin-1")`` gives back the file's exact bytes: a line
+#: that is not UTF-8 reaches the decoder as it is and becomes a DECODE record
+#: (invariant 8) instead of being mangled by a UTF-8 reader's replacement chars.
+FILE_CHARSET = "ISO-8859-1"
+
+
+def _line_bytes(line: str, charset: str) -> bytes:
+    """The bytes `line` was decoded from; never raises (a lone surrogate stays invalid UTF-8)."""
+    try:
+        return line.encode(charset)
+    except UnicodeEncodeError:
+        return line.encode("utf-8", errors="surrogatepass")
+
+
 class DecodeEvents(ProcessFunction):
     """A JSON line -> ``(key, AgentEvent bytes)``; an undecodable one -> a DECODE record.
 
-    The same decode step and counters as the Beam pipeline's (`InputDecoder`).
+    The same decode step, size limit and counters as the Beam pipeline's
+    (`InputDecoder`). `charset` says how the source turned bytes into the
+    line: ``"latin-1"`` for this job's file source (lossless), ``"utf-8"`` for
+    a source that already decoded UTF-8 text.
     """
 
-    def __init__(self, input_format: str = "json") -> None:
+    def __init__(self, input_format: str = "json", *, max_event_bytes: int = MAX_EVENT_BYTES,
+                 charset: str = "utf-8") -> None:
         self._format = input_format
+        self._max_event_bytes = max_event_bytes
+        self._charset = charset
         self._metrics: FlinkMetrics | None = None
         self._decode: InputDecoder | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Bind the counters to the operator's metric group."""
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
-        self._decode = InputDecoder(self._format, self._metrics)
+        self._decode = InputDecoder(self._format, self._metrics,
+                                    max_event_bytes=self._max_event_bytes)
 
     def process_element(self, value: str, ctx: Any) -> Iterator[Any]:
         """Decode one line."""
         assert self._decode is not None and self._metrics is not None, "open() was not called"
-        decoded = self._decode(value.encode())
+        decoded = self._decode(_line_bytes(value, self._charset))
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield ERRORS, error_to_json(decoded).decode()
@@ -189,14 +217,18 @@ def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
     return env
 
 
-def agent_stream(lines: DataStream, config: AgentConfig) -> tuple[DataStream, DataStream]:
+def agent_stream(lines: DataStream, config: AgentConfig, *,
+                 charset: str = "utf-8") -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
     The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
     source in front and sinks behind (their connector jars go on
     ``pipeline.jars``), and the agent runs exactly as in `build_job`.
+    `charset` is how the source decoded the lines' bytes (see `DecodeEvents`).
     """
-    decoded = lines.process(DecodeEvents(), output_type=_KEYED_EVENT).name("Decode")
+    decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
+                                         charset=charset),
+                            output_type=_KEYED_EVENT).name("Decode")
     activated = (decoded.key_by(_entity_of, key_type=Types.STRING())
                  .process(AgentKeyedProcessFunction(config), output_type=Types.STRING())
                  .name("Activate").uid("activate"))
@@ -207,11 +239,11 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
               config: AgentConfig) -> tuple[DataStream, DataStream]:
     """Add the file-to-file agent job to `env`; returns the intents and errors streams (sunk)."""
     source = FileSource.for_record_stream_format(
-        StreamFormat.text_line_format(), *options.input_files).build()
+        StreamFormat.text_line_format(FILE_CHARSET), *options.input_files).build()
     # No watermarks while reading; the finished file still emits the final one,
     # which fires the activation's end-of-input drain (see AgentKeyedProcessFunction).
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
-    intents, errors = agent_stream(lines, config)
+    intents, errors = agent_stream(lines, config, charset="latin-1")
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")
     errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors")
     return intents, errors

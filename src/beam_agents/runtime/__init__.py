@@ -31,7 +31,7 @@ from beam_agents.runtime._codec import (
     event_to_json,
     intent_to_json,
 )
-from beam_agents.runtime._config import AgentConfig
+from beam_agents.runtime._config import MAX_EVENT_BYTES, AgentConfig
 from beam_agents.runtime._context import AgentContext, encode_payload
 from beam_agents.runtime._engine import (
     POLL_MS,
@@ -45,11 +45,14 @@ from beam_agents.runtime._engine import (
 )
 from beam_agents.runtime._errors import decode_input, error_record, stage_of
 from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells
+from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES, Oversize, read_lines
 from beam_agents.runtime._retry import RetryPolicy
 from beam_agents.runtime._scheduler import Running, Scheduler
 
 __all__ = [
     "CELLS",
+    "MAX_EVENT_BYTES",
+    "OVERSIZE_PREFIX_BYTES",
     "POLL_MS",
     "QUEUE_CELLS",
     "ActivationRuntime",
@@ -67,6 +70,7 @@ __all__ = [
     "KeyedEngine",
     "KeyedState",
     "Outcome",
+    "Oversize",
     "QueueCell",
     "RetryPolicy",
     "Running",
@@ -85,5 +89,6 @@ __all__ = [
     "error_to_json",
     "event_to_json",
     "intent_to_json",
+    "read_lines",
     "stage_of",
 ]

@@ -85,9 +85,16 @@ def decode_event_json(line: bytes | str) -> AgentEvent:
         EventDecodeError: the line is not JSON, a field is missing, unknown or
             of the wrong type; `field` names it.
     """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EventDecodeError(
+                f"input is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} "
+                f"({exc.reason})") from exc
     try:
         doc = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise EventDecodeError(f"input is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EventDecodeError(f"input must be a JSON object, got {type(doc).__name__}")
@@ -165,6 +172,9 @@ def error_to_json(record: ErrorRecord) -> bytes:
     }
     if record.attempts:  # absent in records older than the field, and in DECODE records
         out["attempts"] = record.attempts
+    if record.event_bytes:  # only for an element cut to a prefix (over --max_event_bytes)
+        out["event_bytes"] = record.event_bytes
+        out["event_sha256"] = record.event_sha256.hex()
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
     return canonical_json(out)
@@ -185,6 +195,8 @@ def error_from_json(line: bytes | str) -> ErrorRecord:
             traceback=doc.get("traceback", ""), retriable=bool(doc.get("retriable", False)),
             seq=int(doc.get("seq", 0)), event_id=doc.get("event_id", ""),
             attempts=int(doc.get("attempts", 0)),
+            event_bytes=int(doc.get("event_bytes", 0)),
+            event_sha256=bytes.fromhex(doc.get("event_sha256", "")),
             entity_key=_get_bytes(doc, "entity_key", required=False, error=EventDecodeError),
             event=_get_bytes(doc, "event", required=False, error=EventDecodeError),
         )

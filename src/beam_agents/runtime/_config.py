@@ -17,9 +17,11 @@ from beam_agents.model import CallJournalConfig, ModelConfig
 from beam_agents.model._journal import DEFAULT_TTL_MS
 from beam_agents.runtime._retry import RetryPolicy
 
-__all__ = ["AgentConfig"]
+__all__ = ["MAX_EVENT_BYTES", "AgentConfig"]
 
 _MAX_TIMEOUT_MS = 3_600_000
+#: The default input-element limit: 1 MiB, as large as most event buses carry.
+MAX_EVENT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +41,10 @@ class AgentConfig:
         max_intent_bytes: Largest payload an intent may carry; a larger one
             fails the activation with stage OUTPUT (Pub/Sub allows 10 MB).
         traceback_bytes: Bound on the traceback kept in an error record.
+        max_event_bytes: Largest input element (``--max_event_bytes``), in
+            [1 024, 67 108 864]; 1 MiB by default. A larger one is a DECODE
+            dead letter holding its size, its sha256 and a 4 KiB prefix, and
+            never reaches the agent or keyed state (invariant 8).
         max_in_flight: Activations of different keys a worker runs at once
             (``--max_in_flight``), in [1, 10 000]; a key never runs two.
         agent_threads: Threads for sync agents (``--agent_threads``), in
@@ -59,6 +65,7 @@ class AgentConfig:
     longterm_memory: LongtermStoreConfig | None = None
     max_intent_bytes: int = 1_000_000
     traceback_bytes: int = 4096
+    max_event_bytes: int = MAX_EVENT_BYTES
     max_in_flight: int = 64
     agent_threads: int = 64
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -79,6 +86,7 @@ class AgentConfig:
         for name, flag, low, high in (("timeout_ms", "activation_timeout_ms", 1, _MAX_TIMEOUT_MS),
                                       ("max_intent_bytes", None, 1, 10_000_000),
                                       ("traceback_bytes", None, 0, 1_000_000),
+                                      ("max_event_bytes", "max_event_bytes", 1024, 1 << 26),
                                       ("max_in_flight", "max_in_flight", 1, 10_000),
                                       ("agent_threads", "agent_threads", 1, 10_000),
                                       ("call_journal_ttl_ms", "call_journal_ttl_ms", 60_000,

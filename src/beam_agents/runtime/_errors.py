@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import traceback
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
@@ -16,11 +17,13 @@ from beam_agents.errors import (
     JournalUnavailable,
     MemoryOverflow,
     ModelError,
+    ScopeViolation,
     StateError,
     StoreError,
     StoreLimitError,
 )
 from beam_agents.runtime._codec import decode_event
+from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES, Oversize
 
 __all__ = ["ErrorRecord", "decode_input", "error_record", "stage_of"]
 
@@ -36,6 +39,9 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
     ((JournalUnavailable, JournalCorruptError), ErrorRecord.STAGE_JOURNAL),
+    # A tenant boundary crossed is never a store failure, wherever it is
+    # caught (invariant 7): it comes before the store stages.
+    (ScopeViolation, ErrorRecord.STAGE_SCOPE_VIOLATION),
     # A save that a backend's limits refuse is refused where it stages, before
     # the commit tail; it belongs to the flush it could never be part of.
     (StoreLimitError, ErrorRecord.STAGE_LONGTERM_FLUSH),
@@ -48,6 +54,8 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
 
 def stage_of(exc: BaseException, *, flushing: bool = False) -> int:
     """The pipeline stage an exception belongs to; the dead-letter topic is triaged by it."""
+    if isinstance(exc, ScopeViolation):
+        return ErrorRecord.STAGE_SCOPE_VIOLATION
     if flushing:
         return ErrorRecord.STAGE_LONGTERM_FLUSH
     for kind, stage in _STAGES:
@@ -81,12 +89,30 @@ def error_record(exc: BaseException, *, stage: int, entity_key: bytes, seq: int,
     )
 
 
-def decode_input(data: bytes, input_format: str) -> AgentEvent | ErrorRecord:
+def decode_input(data: bytes | Oversize, input_format: str, *,
+                 max_event_bytes: int | None = None) -> AgentEvent | ErrorRecord:
     """Decode one input element, or describe why not as a DECODE dead letter (invariant 8).
 
     Every host's first step, so an undecodable element yields the same record
     on every engine; the record carries the raw element for repair and redrive.
+    An element over `max_event_bytes` (or one a bounded reader already
+    reduced to an `Oversize`) is refused before it is parsed: its record
+    names the size and the limit and keeps a prefix and the sha256 of the
+    whole, so one huge line never travels on as a whole.
     """
+    if isinstance(data, bytes) and max_event_bytes is not None and len(data) > max_event_bytes:
+        data = Oversize(len(data), data[:OVERSIZE_PREFIX_BYTES], hashlib.sha256(data).digest())
+    if isinstance(data, Oversize):
+        limit = "the size limit" if max_event_bytes is None else (
+            f"max_event_bytes {max_event_bytes}")
+        exc = EventDecodeError(
+            f"event of {data.size} bytes exceeds {limit}; the record keeps its first "
+            f"{len(data.prefix)} bytes and its sha256", field="max_event_bytes")
+        record = error_record(exc, stage=ErrorRecord.STAGE_DECODE, entity_key=b"", seq=0,
+                              event=data.prefix, event_id="", traceback_bytes=0)
+        record.event_bytes = data.size
+        record.event_sha256 = data.sha256
+        return record
     try:
         return decode_event(data, input_format)
     except EventDecodeError as exc:

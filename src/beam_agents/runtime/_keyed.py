@@ -17,6 +17,7 @@ from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.metrics import MetricsSink
 from beam_agents.runtime._activation import NAMESPACE, KeyedState
 from beam_agents.runtime._errors import decode_input
+from beam_agents.runtime._lines import Oversize
 
 __all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells"]
 
@@ -62,16 +63,20 @@ class InputDecoder:
     undecodable one, so every engine reports the same counters.
     """
 
-    def __init__(self, input_format: str, metrics: MetricsSink) -> None:
+    def __init__(self, input_format: str, metrics: MetricsSink, *,
+                 max_event_bytes: int | None = None) -> None:
         self._format = input_format
         self._metrics = metrics
+        self._max_event_bytes = max_event_bytes
 
-    def __call__(self, data: bytes) -> AgentEvent | ErrorRecord:
-        """Decode one element (see `decode_input`)."""
+    def __call__(self, data: bytes | Oversize) -> AgentEvent | ErrorRecord:
+        """Decode one element (see `decode_input`); also counts ``oversize_events``."""
         self._metrics.inc(NAMESPACE, "events")
-        decoded = decode_input(data, self._format)
+        decoded = decode_input(data, self._format, max_event_bytes=self._max_event_bytes)
         if isinstance(decoded, ErrorRecord):
             self._metrics.inc(NAMESPACE, "errors_decode")
+            if decoded.event_bytes:
+                self._metrics.inc(NAMESPACE, "oversize_events")
         return decoded
 
 

@@ -1,0 +1,85 @@
+"""A runner or configuration error ends the command with one clear line and exit status 2.
+
+A user who mistypes ``--runner`` or a flag value needs to read what is wrong,
+not a Beam traceback; ``--debug`` brings the traceback back for a bug report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from beam_agents.cli import main
+from beam_agents.runtime import ErrorRecord, error_to_json
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["run", "--input_files", str(ROOT / "examples" / "events.jsonl"),
+            "--output_path", str(tmp_path / "intents.jsonl"),
+            "--errors_path", str(tmp_path / "errors.jsonl"),
+            "--agent", "examples.support_agent:agent", *extra]
+
+
+def error_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines()
+            if line.startswith("beam-agents:") or "Traceback" in line]
+
+
+def test_an_unknown_runner_is_one_line_and_exit_2(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(run_args(tmp_path, "--runner", "NoSuchRunner")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("beam-agents:")]
+    assert "Unexpected pipeline runner: NoSuchRunner" in line
+    assert line.endswith("(--debug shows the traceback)")
+
+
+def test_a_missing_job_server_jar_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jar = tmp_path / "missing" / "job-server.jar"
+    assert main(run_args(tmp_path, "--runner", "FlinkRunner", "--flink_master", "localhost:1",
+                         "--flink_job_server_jar", str(jar))) == 2
+    [line] = error_lines(capsys)
+    assert str(jar) in line
+
+
+def test_a_bad_flag_value_names_the_flag_without_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(run_args(tmp_path, "--max_in_flight", "0")) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("beam-agents: AgentConfig.max_in_flight (--max_in_flight)")
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--debug", *run_args(tmp_path, "--runner", "NoSuchRunner")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert "Unexpected pipeline runner: NoSuchRunner" in err
+
+
+def test_a_corrupt_error_record_in_redrive_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "errors.jsonl"
+    bogus = ErrorRecord(stage=ErrorRecord.STAGE_AGENT, seq=4, event=b"\xff\xff\xff")
+    source.write_bytes(error_to_json(bogus) + b"\n")
+    assert main(["errors", "redrive", str(source)]) == 2
+    [line] = error_lines(capsys)
+    assert "STAGE_AGENT record of seq 4 holds no AgentEvent" in line
+
+
+def test_redrive_names_what_it_left_out(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    source, out = tmp_path / "errors.jsonl", tmp_path / "redrive.jsonl"
+    cut = ErrorRecord(stage=ErrorRecord.STAGE_DECODE, event=b"{", event_bytes=70_000_000,
+                      event_sha256=bytes(range(32)))
+    whole = ErrorRecord(stage=ErrorRecord.STAGE_DECODE, event=b"not json")
+    source.write_bytes(error_to_json(cut) + b"\n" + error_to_json(whole) + b"\n")
+    assert main(["errors", "redrive", str(source), "-o", str(out)]) == 0
+    assert out.read_bytes() == b"not json\n"
+    err = capsys.readouterr().err
+    assert f"event of 70000000 bytes over the size limit; find it at the source by its sha256 " \
+           f"{bytes(range(32)).hex()}" in err
