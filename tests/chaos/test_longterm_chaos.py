@@ -3,13 +3,22 @@
 Each test drives the same `ActivationRuntime` the Beam DoFn and the Flink
 function use. "The bundle commit fails" is modelled the way a runner sees it:
 the outcome is computed (so the flush happened) and then dropped, and the
-element is redelivered against the state as it was before.
+element is redelivered against the state as it was before. A retry is compared
+with the attempt it replaces as well as with a fault-free run.
+
+A retry of the same activation writes the same bytes, so these tests pass with
+or without the store's seq guard; `test_seq_guard` covers the late retry that
+only the guard stops. The other faults on real stores are in
+`test_activation_faults`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
@@ -24,9 +33,14 @@ from beam_agents.runtime import (
     Committed,
     ErrorRecord,
     Failed,
+    Intent,
     KeyedState,
 )
-from beam_agents.stores import InMemoryLongtermConfig
+from beam_agents.stores import (
+    FirestoreLongtermConfig,
+    InMemoryLongtermConfig,
+    SqliteLongtermConfig,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,19 +71,38 @@ def apply(state: KeyedState, outcome: Committed) -> KeyedState:
                       else state.llm_cache, seq=outcome.seq)
 
 
+@dataclass(frozen=True, slots=True)
+class Redelivery:
+    """One element whose flush succeeded and whose commit was lost, and its retry."""
+
+    dropped_intents: list[bytes]
+    dropped_rows: list[bytes]
+    retry_intents: list[bytes]
+    retry_rows: list[bytes]
+
+
 def run_events(rt: ActivationRuntime, events: list[AgentEvent], *,
-               drop_commit_of: frozenset[int] = frozenset()) -> list[bytes]:
+               drop_commit_of: frozenset[int] = frozenset(),
+               ) -> tuple[list[bytes], list[Redelivery]]:
     """Run events in order; at indices in `drop_commit_of`, drop the outcome and redeliver."""
-    state, intents = KeyedState(), []
+    state, intents, redeliveries = KeyedState(), [], []
     for index, item in enumerate(events):
         if index in drop_commit_of:
             dropped = rt.activate(state, item)
             assert isinstance(dropped, Committed)  # the flush succeeded; the commit is lost
+            dropped_rows = rows(rt)
         outcome = rt.activate(state, item)
         assert isinstance(outcome, Committed), outcome
+        if index in drop_commit_of:
+            redeliveries.append(Redelivery(wire(dropped.intents), dropped_rows,
+                                           wire(outcome.intents), rows(rt)))
         state = apply(state, outcome)
-        intents += [i.SerializeToString(deterministic=True) for i in outcome.intents]
-    return intents
+        intents += wire(outcome.intents)
+    return intents, redeliveries
+
+
+def wire(intents: tuple[Intent, ...]) -> list[bytes]:
+    return [i.SerializeToString(deterministic=True) for i in intents]
 
 
 @pytest.mark.spec("M18")
@@ -117,14 +150,18 @@ def test_a_bundle_retry_across_a_completed_flush_converges(
     """THEN the retry re-flushes byte-identical rows and emits byte-identical intents."""
     events = [event(n) for n in range(1, 6)]
     with runtime("remember", store_config) as rt:
-        clean_intents = run_events(rt, events)
+        clean_intents, _ = run_events(rt, events)
         clean_rows = rows(rt)
 
     chaos_config = _fresh(store_config)
     with runtime("remember", chaos_config) as rt:
-        chaos_intents = run_events(rt, events, drop_commit_of=frozenset({1, 3}))
+        chaos_intents, redeliveries = run_events(rt, events, drop_commit_of=frozenset({1, 3}))
         chaos_rows = rows(rt)
 
+    assert len(redeliveries) == 2
+    for redelivery in redeliveries:  # the retry against what the dropped attempt left
+        assert redelivery.retry_rows == redelivery.dropped_rows
+        assert redelivery.retry_intents == redelivery.dropped_intents
     assert chaos_rows == clean_rows
     assert chaos_intents == clean_intents
     assert len(clean_rows) == 6  # the profile and five notes
@@ -173,9 +210,7 @@ def test_replayed_activation_with_longterm_reads_stays_byte_identical(
 
 def _fresh(config: LongtermStoreConfig) -> LongtermStoreConfig:
     """The same backend, empty: another file or another Firestore project."""
-    import dataclasses  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
-
-    if hasattr(config, "path"):
-        return dataclasses.replace(config, path=config.path + ".chaos")  # type: ignore[type-var]
-    return dataclasses.replace(config, project=f"chaos-{uuid.uuid4().hex[:12]}")  # type: ignore[type-var]
+    if isinstance(config, SqliteLongtermConfig):
+        return dataclasses.replace(config, path=config.path + ".chaos")
+    assert isinstance(config, FirestoreLongtermConfig), config
+    return dataclasses.replace(config, project=f"chaos-{uuid.uuid4().hex[:12]}")

@@ -37,6 +37,7 @@ from beam_agents.model._journal import (
     CallJournal,
     JournalEntry,
     journal_entry,
+    journal_key,
 )
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._replay_cache import ReplayCache
@@ -75,13 +76,16 @@ class ModelFacade:
             started (one range read per activation, not one per call).
         now_ms: The activation's event time, stamped on journal entries.
         journal_ttl_ms: How long a journal entry lives.
+        event_digest: The sha256 of the activation's event; journal entries
+            are keyed by the cache key bound to it (see `journal_key`), so
+            only attempts of the same event replay them. Empty: the cache key.
     """
 
     def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
                  breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
                  run_sync: RunSync | None = None, journal: CallJournal | None = None,
                  journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
-                 journal_ttl_ms: int = DEFAULT_TTL_MS) -> None:
+                 journal_ttl_ms: int = DEFAULT_TTL_MS, event_digest: bytes = b"") -> None:
         if not isinstance(entity_key, bytes):
             raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
         self._cache = cache
@@ -95,6 +99,7 @@ class ModelFacade:
         self._journaled = dict(journaled or {})
         self._now_ms = now_ms
         self._journal_ttl_ms = journal_ttl_ms
+        self._event_digest = event_digest
         self._divergence_logged = False
         self._key_locks: dict[str, asyncio.Lock] = {}
 
@@ -140,7 +145,7 @@ class ModelFacade:
         if entry is not None and not entry.digest_only:
             self._inc("cache_hits")
             return _decoded(entry.response, f"llm_cache entry {key}", cell="llm_cache")
-        journaled = self._journaled.get(key)
+        journaled = self._journaled.get(journal_key(key, self._event_digest))
         if journaled is not None and not journaled.digest_only:
             # Paid for by an attempt whose commit was lost (a bundle retry, a
             # crash, a restore, a rerun): replay it, do not pay again (invariant 9).
@@ -177,7 +182,8 @@ class ModelFacade:
     async def _write_journal(self, key: str, data: bytes) -> JournalEntry | None:
         """Journal a fresh response before the agent sees it; the entry that stands, if not ours."""
         assert self._journal is not None
-        fresh = journal_entry(cache_key=key, entity_key=self._entity_key, seq=self._seq,
+        fresh = journal_entry(cache_key=journal_key(key, self._event_digest),
+                              entity_key=self._entity_key, seq=self._seq,
                               response=data, now_ms=self._now_ms, ttl_ms=self._journal_ttl_ms,
                               max_response_bytes=MAX_JOURNAL_RESPONSE_BYTES)
         self._inc("journal_writes")

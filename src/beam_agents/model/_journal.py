@@ -68,6 +68,21 @@ class JournalEntry:
             raise ValueError("JournalEntry.response must be empty exactly when digest_only")
 
 
+def journal_key(cache_key: str, event_digest: bytes) -> str:
+    """The journal's key of a call: its cache key bound to the event that made it.
+
+    The cache key scopes ``(entity_key, seq, request)``, and a dead letter
+    leaves seq where it was: the entity's next event runs at the same seq, and
+    a request it shares with the dead event (a fixed prompt) must not replay
+    the dead event's answer. Bound to the event's digest, an entry is replayed
+    only by attempts of the event that paid for it (invariant 9), and is
+    still 64 hex digits in the ``(entity_key, seq)`` range the activation reads.
+    """
+    if not event_digest:
+        return cache_key
+    return hashlib.sha256(bytes.fromhex(cache_key) + event_digest).hexdigest()
+
+
 def journal_entry(*, cache_key: str, entity_key: bytes, seq: int, response: bytes,
                   now_ms: int, ttl_ms: int, max_response_bytes: int) -> JournalEntry:
     """The entry for a fresh response; digest-only when it exceeds `max_response_bytes`."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
@@ -228,7 +229,9 @@ class ActivationRuntime:
                 breaker=self._breakers.get(self._provider.model_id, self._config.model.breaker),
                 entity_key=event.entity_key, seq=seq, run_sync=self._bridge,
                 journal=self._journal, journaled=journaled, now_ms=now_ms,
-                journal_ttl_ms=self._config.call_journal_ttl_ms)
+                journal_ttl_ms=self._config.call_journal_ttl_ms,
+                event_digest=hashlib.sha256(event.SerializeToString(deterministic=True)).digest()
+                if self._journal is not None else b"")
             ctx = AgentContext(event=event, seq=seq, memory=memory, model=model,
                                max_intent_bytes=self._config.max_intent_bytes)
             await self._run_agent(ctx)

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.metrics import MetricsSink
+from beam_agents.model import ReplayCache
 from beam_agents.runtime._activation import (
     NAMESPACE,
     ActivationRuntime,
@@ -48,6 +49,9 @@ __all__ = ["POLL_MS", "QUEUE_CELLS", "BagCell", "KeyCells", "KeyedEngine", "Queu
 
 #: How soon a host looks again at a key whose activation is still running.
 POLL_MS = 20
+
+#: An empty replay cache: what a dead letter leaves of its suspended attempts' paid calls.
+_EMPTY_CACHE = ReplayCache(None, now_ms=0).to_bytes()
 
 #: The keyed-state cells of a key's queue, by name, besides the three of `CELLS`:
 #: the queued event bytes, the attempts made on the head, and when it may retry.
@@ -220,6 +224,12 @@ class KeyedEngine:
         if error.retriable:
             self._metrics.inc(NAMESPACE, "retries_exhausted")
             count_dead_letter(self._metrics, error)
+        if running.attempt > 1:
+            # Its suspensions kept this seq's paid calls in the cell, and a dead
+            # letter does not advance seq: left there, they would answer the
+            # key's next event, which runs with the same seq (invariant 1).
+            # Entries of older seqs can never be hit again, so the cell is emptied.
+            cells.state.llm_cache.write(_EMPTY_CACHE)
         self._dequeue(cells, running.event)
         return [("errors", error_to_json(error))]
 
