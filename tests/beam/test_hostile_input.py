@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests._hostile import HUGE_LINE_BYTES, expected_dead_letters, write_hostile_file
+from beam_agents._canonical import canonical_json
+from beam_agents.runtime import AgentConfig
+from tests._hostile import (
+    BAD_LINES,
+    HUGE_LINE_BYTES,
+    expected_dead_letters,
+    write_hostile_file,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,3 +65,20 @@ def test_a_hostile_file_runs_to_the_end_and_every_line_is_accounted_for(tmp_path
     _, _, calm_mb = _run(calm, tmp_path / "calm")
     print(f"peak RSS: {peak_mb} MB with a {HUGE_LINE_BYTES >> 20} MB line, {calm_mb} MB "
           f"without it ({peak_mb / calm_mb:.2f}x)")
+
+
+def test_hostile_messages_on_the_streaming_path_are_each_accounted_for() -> None:
+    """As from Pub/Sub: raw message bytes, one of 3 MB, on the streaming DirectRunner."""
+    from tests.beam.test_streaming import line, run_stream, stream_of  # noqa: PLC0415
+
+    bad = [*BAD_LINES, b'{"entity_key": "a", "payload": "' + b"z" * (3 << 20) + b'"}']
+    good = [line("a", 0), line("b", 0), line("a", 1)]
+    stream = stream_of([good[:2], bad[: len(bad) // 2], [good[2]], bad[len(bad) // 2:]],
+                       pump_by_timer=False)
+
+    intents, dead_letters = run_stream(stream, AgentConfig(agent="tests.agents:counter"))
+
+    assert len(intents) == len(good)
+    assert len(intents) + len(dead_letters) == len(good) + len(bad)
+    assert sorted(canonical_json(letter) for letter in dead_letters) == (
+        expected_dead_letters(bad))

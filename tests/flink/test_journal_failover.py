@@ -7,11 +7,15 @@ request count outlives the Python worker and the checkpoint restore. The
 agent makes one model call per event.
 
 - (a) fault-free, journal on: the reference, one call per event;
-- (b) the crash, a SQLite journal: every event answered exactly once, as in
-  (a), and the same rows and intents as the fault-free run. A call the crash
-  cuts off in flight (the fault abandons other keys' activations mid-run) is
-  asked again, because its answer never reached the worker to be journaled;
-  the server tells those apart, so the test asserts calls = (a) + cut off;
+- (b) the crash, journal on: the same rows and intents as the fault-free
+  run, and no answered call paid twice. A call the crash cuts off in flight
+  (the fault abandons other keys' activations mid-call) is asked again,
+  because its answer never reached the worker to be journaled, so at most one
+  call per entity is paid twice. It runs three ways: a SQLite journal and a
+  Firestore-server journal on MiniClusters (the crash fails the task; the
+  server also tells the unanswered calls apart, so calls = (a) + cut off
+  exactly), and a SQLite journal on the standalone cluster, where the crash
+  kills the Python worker process outright;
 - (c) the crash, no journal: the restored activations pay again; the test
   prints how many calls were re-paid (the figure the README quotes).
 """
@@ -24,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,8 +37,9 @@ from typing import Any
 
 import pytest
 
-from beam_agents.stores import SqliteLongtermConfig
-from tests.flink.conftest import job_env, run_job
+from beam_agents.memory import LongtermStoreConfig
+from beam_agents.stores import FirestoreLongtermConfig, SqliteLongtermConfig
+from tests.flink.conftest import REPO, flink_run, job_env, run_job
 from tests.flink.test_failover import (
     CRASH_ENTITY,
     CRASH_SEQ,
@@ -54,7 +60,7 @@ class _Run:
     """One job run: its directory, long-term store, flush log and the provider calls it made."""
 
     out: Path
-    store: SqliteLongtermConfig
+    store: LongtermStoreConfig
     log: list[tuple[str, str, int]]
     calls: Counter[str]  # request content -> times the provider was asked
     delivered: Counter[str]  # request content -> answers that reached the worker
@@ -139,28 +145,60 @@ def _peer_closed(sock: socket.socket) -> bool:
         return True
 
 
-def _run(events: Path, out: Path, *, crash_seq: int, journal: bool) -> _Run:
-    """Run the failover job against a fresh provider; `crash_seq` 0 runs it without a fault."""
+@dataclass(frozen=True)
+class _Where:
+    """Where a run keeps its journal and long-term rows, and which Flink runs it."""
+
+    journal: str  # none, sqlite or firestore
+    firestore_host: str | None = None  # the server, for a Firestore journal and store
+    cluster: tuple[str, dict[str, str]] | None = None  # REST address and env; None: MiniCluster
+
+
+def _run(events: Path, out: Path, *, crash_seq: int, where: _Where) -> _Run:
+    """Run the failover job against a fresh provider; `crash_seq` 0 runs it without a fault.
+
+    On a standalone cluster the crash kills the Python worker process, which
+    the task manager replaces; on a MiniCluster it fails the task.
+    """
     out.mkdir(parents=True)
-    store = SqliteLongtermConfig(path=str(out / "longterm.sqlite"))
+    env = job_env()
+    store: LongtermStoreConfig
+    if where.journal == "firestore":
+        assert where.firestore_host is not None
+        project = f"journal-failover-{uuid.uuid4().hex[:8]}"
+        env = job_env(FIRESTORE_EMULATOR_HOST=where.firestore_host)
+        store = FirestoreLongtermConfig(project=project, timeout_ms=10_000)
+        store_flags = ["--longterm_store", "firestore", "--firestore_project", project,
+                       "--call_journal", "firestore"]
+    else:
+        store = SqliteLongtermConfig(path=str(out / "longterm.sqlite"))
+        store_flags = ["--longterm_store", "sqlite", "--sqlite_path", store.path,
+                       *(["--call_journal", "sqlite", "--call_journal_path",
+                          str(out / "calls.sqlite")]
+                         if where.journal == "sqlite" else ["--call_journal", "none"])]
     log = out / "flushes.log"
     fault = ["--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
              "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
-             "--flush_delay_ms", "10", "--min_in_flight", "1", "--"]
+             "--flush_delay_ms", "10", "--min_in_flight", "1",
+             *(["--kill_process"] if where.cluster else []), "--"]
     started = time.monotonic()
     with _Provider() as provider:
         job = ["--input_files", str(events), "--output_path", str(out / "intents"),
                "--errors_path", str(out / "errors"), "--agent", "tests.agents:paced_journal",
                "--model_provider", "openai", "--model_id", "fake",
-               "--model_base_url", provider.url,
-               "--longterm_store", "sqlite", "--sqlite_path", store.path,
-               *(["--call_journal", "sqlite", "--call_journal_path", str(out / "calls.sqlite")]
-                 if journal else ["--call_journal", "none"]),
+               "--model_base_url", provider.url, *store_flags,
                "--python_executable", sys.executable, "--parallelism", "2",
                "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
                "--restart_delay_ms", "2000"]
-        run_job(["-m", "tests.flink.failover_job", *fault, *job], env=job_env(),
-                log_dir=out / "flink-log")
+        if where.cluster is None:
+            run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env,
+                    log_dir=out / "flink-log")
+        else:
+            address, cluster_env = where.cluster
+            flink_run(address, {**cluster_env, **({"FIRESTORE_EMULATOR_HOST":
+                                                   where.firestore_host}
+                                                  if where.firestore_host else {})},
+                      REPO / "tests" / "flink" / "failover_job.py", [*fault, *job])
     seconds = time.monotonic() - started
     entries = []
     for line in log.read_text().splitlines():
@@ -180,46 +218,71 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def clean(scratch: Path) -> _Run:
     """Run (a): fault-free, journal on."""
-    run = _run(scratch / "events.jsonl", scratch / "clean", crash_seq=0, journal=True)
+    run = _run(scratch / "events.jsonl", scratch / "clean", crash_seq=0,
+               where=_Where("sqlite"))
     print(f"fault-free, journal on: {run.paid} calls in {run.seconds:.0f} s")
     assert run.paid == EVENTS and set(run.calls.values()) == {1}  # one call per event
     assert run.delivered == run.calls
     return run
 
 
-def _chaos(scratch: Path, name: str, clean: _Run, *, journal: bool) -> tuple[Path, _Run]:
+def _chaos(scratch: Path, name: str, clean: _Run, where: _Where) -> tuple[Path, _Run]:
     """A crashed run under ``<scratch>/<name>/chaos``, beside ``clean`` for `_check_convergence`."""
     base = scratch / name
     base.mkdir()
     (base / "clean").symlink_to(clean.out, target_is_directory=True)
     return base, _run(scratch / "events.jsonl", base / "chaos", crash_seq=CRASH_SEQ,
-                      journal=journal)
+                      where=where)
+
+
+def _where(request: pytest.FixtureRequest, variant: str) -> _Where:
+    if variant == "firestore":
+        return _Where("firestore", firestore_host=request.getfixturevalue("firestore_host"))
+    if variant == "cluster-killed-worker":
+        return _Where("sqlite", cluster=request.getfixturevalue("flink_cluster"))
+    return _Where("sqlite")
 
 
 @pytest.mark.spec("M21")
+@pytest.mark.parametrize("variant", ["sqlite", "firestore", "cluster-killed-worker"])
 def test_a_worker_crash_with_the_journal_on_pays_no_call_twice_on_flink(
-        scratch: Path, clean: _Run) -> None:
+        scratch: Path, clean: _Run, variant: str, request: pytest.FixtureRequest) -> None:
     """THEN the restore replays the journal: no answered call is paid again."""
-    base, chaos = _chaos(scratch, "journal-on", clean, journal=True)
-    print(f"crash, journal on: {chaos.paid} calls in {chaos.seconds:.0f} s "
+    base, chaos = _chaos(scratch, f"journal-on-{variant}", clean, _where(request, variant))
+    print(f"crash ({variant}), journal on: {chaos.paid} calls in {chaos.seconds:.0f} s "
           f"(fault-free: {clean.paid}; {chaos.lost} in flight at the crash, never answered: "
           f"{sorted(c for c, n in chaos.calls.items() if n > 1)})")
 
     _check_convergence(base, clean.store, chaos.store, clean.log, chaos.log)
     # Every call whose answer reached the worker was journaled before the agent
-    # saw it, so the restored activations replayed it: each event was answered
-    # exactly once. Only a call cut off in flight by the crash (the fault
-    # abandons other keys' activations mid-call) is asked again: its answer
-    # never existed on the worker side to be journaled.
-    assert chaos.delivered == clean.calls, [c for c, n in chaos.delivered.items() if n > 1][:10]
-    assert chaos.paid == clean.paid + chaos.lost
+    # saw it, so the restored activations replayed it. Only a call in flight at
+    # the crash is asked again: its answer never reached the worker to be
+    # journaled. A key has one activation in flight and the agent makes one
+    # call per event, so at most one call per entity is paid twice (without the
+    # journal, the restore re-pays every call since the checkpoint).
+    repaid = {content: n for content, n in chaos.calls.items() if n > 1}
+    assert set(repaid.values()) <= {2}, repaid
+    repaid_entities = [content.rsplit(" ", 1)[1] for content in repaid]
+    assert len(repaid_entities) == len(set(repaid_entities)), repaid
+    assert set(chaos.calls) == set(clean.calls)
+    if variant != "cluster-killed-worker":
+        # On a MiniCluster every subtask's operator runs in the one process
+        # the fault watches, so it knows each entity that was mid-call; and a
+        # task failure closes the abandoned calls' sockets first, so the
+        # server tells the unanswered ones apart: each event was answered
+        # exactly once. (A killed worker can die with an answer already in its
+        # socket, and the other subtask's worker is cancelled unwatched.)
+        in_flight = set((chaos.out / "crashed.marker.in_flight").read_text().split())
+        assert set(repaid_entities) <= in_flight, (repaid, in_flight)
+        assert chaos.delivered == clean.calls, [c for c, n in chaos.delivered.items() if n > 1]
+        assert chaos.paid == clean.paid + chaos.lost
 
 
 @pytest.mark.spec("M21")
 def test_a_worker_crash_with_the_journal_off_pays_again_on_flink(
         scratch: Path, clean: _Run) -> None:
     """THEN without a journal the restored activations pay their calls again."""
-    base, chaos = _chaos(scratch, "journal-off", clean, journal=False)
+    base, chaos = _chaos(scratch, "journal-off", clean, _Where("none"))
     repaid = chaos.paid - clean.paid
     print(f"journal off: {repaid} calls re-paid after the failover "
           f"({chaos.paid} calls against {clean.paid} fault-free, {chaos.lost} of them cut off "
