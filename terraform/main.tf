@@ -4,6 +4,7 @@
 #   producers -> input topic -> input subscription -> [Dataflow job] -> intents topic -> intents subscription
 #                                                           |  \-> errors topic -> errors subscription (redrive)
 #                                                           \-> Firestore database (long-term memory upserts)
+#                                                           \-> Secret Manager (optional: the model's API key)
 #
 # No provider blocks: every resource names its project (and region/location) explicitly, so the
 # module works as a root module and as a child module.
@@ -13,6 +14,8 @@ locals {
   labels = merge({ app = "beam-agents", managed-by = "terraform" }, var.labels)
 
   cmek_enabled = var.kms_key_name != null
+
+  model_api_key_secret_enabled = var.model_api_key_secret_id != null
 
   firestore_location = coalesce(var.firestore_location, var.region)
   model_location     = coalesce(var.model_location, var.region)
@@ -36,7 +39,7 @@ locals {
 # ---------------------------------------------------------------------------
 
 resource "google_project_service" "enabled" {
-  for_each = toset([
+  for_each = toset(concat([
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
     "dataflow.googleapis.com",
@@ -44,7 +47,7 @@ resource "google_project_service" "enabled" {
     "iam.googleapis.com", # the worker service account
     "pubsub.googleapis.com",
     "storage.googleapis.com",
-  ])
+  ], local.model_api_key_secret_enabled ? ["secretmanager.googleapis.com"] : []))
 
   project = var.project_id
   service = each.value
@@ -163,6 +166,60 @@ resource "google_firestore_field" "call_journal_response" {
   field      = "response"
 
   index_config {}
+}
+
+# ---------------------------------------------------------------------------
+# Optional: the model's API key (OpenAI-compatible servers, the Gemini API; Vertex AI needs none)
+# ---------------------------------------------------------------------------
+
+# Only the secret: its value is added out of band (gcloud secrets versions add), so the key never
+# enters Terraform's plan or state. Workers read it at setup through --model_api_key_secret
+# (the model_api_key_secret_version_prefix output plus a version), never through the job graph.
+resource "google_secret_manager_secret" "model_api_key" {
+  count = local.model_api_key_secret_enabled ? 1 : 0
+
+  project   = var.project_id
+  secret_id = var.model_api_key_secret_id
+  labels    = local.labels
+
+  # One replica, in the pipeline's region like the rest of the module's data, encrypted with the
+  # module's key when CMEK is on (a user-managed replica takes a regional key; automatic
+  # replication would need a global one).
+  replication {
+    user_managed {
+      replicas {
+        location = var.region
+
+        dynamic "customer_managed_encryption" {
+          for_each = local.cmek_enabled ? [var.kms_key_name] : []
+          content {
+            kms_key_name = customer_managed_encryption.value
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.enabled, google_kms_crypto_key_iam_member.secret_manager_agent]
+}
+
+# Secret Manager's service agent encrypts the replica with the CMEK key.
+resource "google_project_service_identity" "secret_manager" {
+  provider = google-beta
+  count    = local.cmek_enabled && local.model_api_key_secret_enabled ? 1 : 0
+
+  project = var.project_id
+  service = "secretmanager.googleapis.com"
+
+  depends_on = [google_project_service.enabled]
+}
+
+resource "google_kms_crypto_key_iam_member" "secret_manager_agent" {
+  count = local.cmek_enabled && local.model_api_key_secret_enabled ? 1 : 0
+
+  crypto_key_id = var.kms_key_name
+  role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+  member        = "serviceAccount:${google_project_service_identity.secret_manager[0].email}"
 }
 
 # ---------------------------------------------------------------------------
@@ -385,6 +442,16 @@ resource "google_artifact_registry_repository_iam_member" "worker_reader" {
   repository = google_artifact_registry_repository.templates.name
   role       = "roles/artifactregistry.reader"
   member     = local.worker_member
+}
+
+# Read access to the model's API key: on this one secret, never on the project.
+resource "google_secret_manager_secret_iam_member" "worker_model_api_key" {
+  count = local.model_api_key_secret_enabled ? 1 : 0
+
+  project   = google_secret_manager_secret.model_api_key[0].project
+  secret_id = google_secret_manager_secret.model_api_key[0].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = local.worker_member
 }
 
 # ---------------------------------------------------------------------------

@@ -50,6 +50,11 @@ output "call_journal_collection" {
   value       = google_firestore_field.call_journal_expire_at.collection
 }
 
+output "model_api_key_secret_version_prefix" {
+  description = "projects/P/secrets/S/versions/ of the model API key secret, or null unless model_api_key_secret_id is set: append a version number (pin one; latest follows rotations as workers restart) and pass it as --model_api_key_secret."
+  value       = local.model_api_key_secret_enabled ? "${google_secret_manager_secret.model_api_key[0].id}/versions/" : null
+}
+
 output "service_account_email" {
   description = "Email of the Dataflow worker service account (gcloud dataflow flex-template run --service-account-email)."
   value       = google_service_account.worker.email

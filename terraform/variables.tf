@@ -282,6 +282,17 @@ variable "model_location" {
   }
 }
 
+variable "model_api_key_secret_id" {
+  description = "ID of a Secret Manager secret to create for the model's API key (OpenAI-compatible servers, the Gemini API), readable by the worker service account alone; pass the model_api_key_secret_version_prefix output plus a version as --model_api_key_secret. The module never sets the value: add it with gcloud secrets versions add, so the key stays out of Terraform state. null creates no secret (Vertex AI needs no key)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.model_api_key_secret_id == null ? true : can(regex("^[A-Za-z0-9_-]{1,255}$", var.model_api_key_secret_id))
+    error_message = "model_api_key_secret_id must be null or 1-255 letters, digits, underscores and hyphens."
+  }
+}
+
 variable "max_workers" {
   description = "Upper bound for Dataflow autoscaling of the job."
   type        = number

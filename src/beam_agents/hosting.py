@@ -11,12 +11,19 @@ user wrote into a running `ActivationRuntime`:
   entry points map options to configs, in one tested function);
 * `load_agent` resolves ``"package.module:callable"``;
 * `start_runtime` builds the provider and opens the store a config names, in
-  ``DoFn.setup()`` / Flink ``open()``.
+  ``DoFn.setup()`` / Flink ``open()``, and reads the model's API key there.
 
 The core (`beam_agents.memory`, `beam_agents.model`, `beam_agents.runtime`)
 receives the resolved agent and the built clients and names none of the
 backends; this module is the only one that knows both sides. The library never
-reads ``argv`` or the environment: hosts pass what they parsed.
+reads ``argv`` or the environment: hosts pass what they parsed. The one
+exception is here, at the edge: `start_runtime` reads the environment
+variable ``ModelConfig.api_key_env`` names, on the worker.
+
+API keys never travel in the job graph: a config names where the key lives
+(``--model_api_key_secret``, ``--model_api_key_env``) and `start_runtime`
+reads it on the worker and hands it to the provider, never to a config. A
+key written into ``--agent_config`` still works, with a warning.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import argparse
 import dataclasses
 import importlib
 import json
+import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,6 +57,8 @@ __all__ = [
     "start_runtime",
 ]
 
+_log = logging.getLogger(__name__)
+
 #: flag, ModelConfig field, help
 _MODEL_FLAGS = (
     ("model_id", "model_id", "Model name, e.g. gemini-2.5-flash."),
@@ -55,7 +66,18 @@ _MODEL_FLAGS = (
     ("model_location", "location", "Vertex AI region, e.g. us-central1."),
     ("model_base_url", "base_url", "OpenAI-compatible server root."),
     ("model_script", "script_path", "JSONL of scripted replies (local provider)."),
+    ("model_api_key_secret", "api_key_secret", "Secret Manager secret version holding the "
+     "API key, projects/P/secrets/S/versions/V; each worker reads it at setup, so the key is "
+     "never part of the job graph."),
+    ("model_api_key_env", "api_key_env", "Name of the environment variable holding the API "
+     "key on each worker (local runs, Flink clusters); read at setup."),
+    ("secret_manager_endpoint", "secret_manager_endpoint", "Secret Manager endpoint for "
+     "--model_api_key_secret instead of Google's: https://... (Private Service Connect, "
+     "regional; default credentials) or http://... (a local peer; no credentials sent)."),
 )
+#: ModelConfig fields that say where the API key comes from; a flag naming one
+#: replaces whichever the --agent_config file names.
+_KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
 #: flag, long-term store config field, help
 _STORE_FLAGS = (
     ("sqlite_path", "path", "SQLite database file (sqlite backend)."),
@@ -125,13 +147,64 @@ def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
         metrics: Where the core's counters go.
         provider: A provider to use instead of the one ``config.model`` names,
             e.g. a scripted one in a test; the runtime still closes it.
+
+    Raises:
+        ConfigError: the agent does not load, or the API key named by
+            ``config.model.api_key_env`` / ``api_key_secret`` cannot be read.
+        ProviderUnavailable: Secret Manager is unreachable (retriable).
     """
     agent = load_agent(config.agent)
-    model = provider if provider is not None else build_provider(config.model)
+    model = provider if provider is not None else build_provider(
+        config.model, api_key=_read_api_key(config.model))
     store = config.longterm_memory.open() if config.longterm_memory is not None else None
     journal = config.call_journal.open() if config.call_journal is not None else None
     return ActivationRuntime(config, agent=agent, provider=model, store=store, journal=journal,
                              clock=time.monotonic, metrics=metrics)
+
+
+def _read_api_key(model: ModelConfig) -> str | None:
+    """The API key, read on the worker from where `model` says it lives; None if it names none.
+
+    Raises:
+        ConfigError: the variable is unset or empty, the secret cannot be
+            read as configured, or the key is not one an HTTP header can
+            carry. No message holds the key.
+        ProviderUnavailable: Secret Manager is unreachable or failing (retriable).
+    """
+    if model.api_key_env is not None:
+        name = model.api_key_env
+        key = os.environ.get(name, "").strip()
+        if not key:
+            raise ConfigError(f"--model_api_key_env names the environment variable {name}, "
+                              f"which is not set or empty on this worker; export {name} where "
+                              "the workers run (the Flink task managers, the local process), or "
+                              "use --model_api_key_secret", field="api_key_env")
+        return _header_safe(key, f"environment variable {name}", field="api_key_env")
+    if model.api_key_secret is not None:
+        from beam_agents._secrets import read_secret_version  # noqa: PLC0415 - loads the client
+
+        key = read_secret_version(model.api_key_secret, endpoint=model.secret_manager_endpoint)
+        return _header_safe(key, f"secret version {model.api_key_secret}",
+                            field="api_key_secret")
+    return model.api_key
+
+
+def _header_safe(key: str, source: str, *, field: str) -> str:
+    # An Authorization header takes visible ASCII only; httpx would fail later,
+    # inside an activation, with the offending character in its message.
+    if not all("!" <= char <= "~" for char in key):
+        raise ConfigError(f"the API key in {source} holds whitespace, control or non-ASCII "
+                          "characters, which an HTTP header cannot carry; store the key alone",
+                          field=field)
+    return key
+
+
+def _warn_if_key_in_config(config: AgentConfig) -> None:
+    if config.model.api_key is not None:
+        _log.warning("model.api_key is set in the agent config: the key travels inside the job "
+                     "graph (pickled into every worker's DoFn or Flink function, and saved with "
+                     "the job). Pass --model_api_key_secret projects/P/secrets/S/versions/V or "
+                     "--model_api_key_env NAME instead; the workers read the key at setup.")
 
 
 def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
@@ -165,7 +238,9 @@ def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:
             raise ConfigError(f"unknown retry field(s): {', '.join(unknown)}; known: "
                               f"{', '.join(sorted(known))}", field=f"retry.{unknown[0]}")
         kwargs["retry"] = RetryPolicy(**retry)
-    return AgentConfig(**kwargs)
+    config = AgentConfig(**kwargs)
+    _warn_if_key_in_config(config)
+    return config
 
 
 def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
@@ -280,7 +355,11 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
     model = dict(data.get("model") or {})
     if given("model_provider") is not None:
         model["provider"] = given("model_provider")
-    model.update({key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None})
+    flagged = {key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None}
+    if any(source in flagged for source in _KEY_SOURCES):
+        for source in _KEY_SOURCES:
+            model.pop(source, None)
+    model.update(flagged)
     if given("model_latency_ms") is not None:
         model["latency_ms"] = given("model_latency_ms")
     if given("model_outage") is not None:

@@ -53,6 +53,7 @@ EXPECTED_OUTPUTS = frozenset(
         "firestore_database",
         "firestore_collection",
         "call_journal_collection",
+        "model_api_key_secret_version_prefix",
         "service_account_email",
         "staging_bucket",
         "temp_location",
@@ -76,6 +77,7 @@ WORKER_ROLES = ALLOWED_PROJECT_ROLES | {
     "roles/pubsub.publisher",
     "roles/storage.objectAdmin",
     "roles/artifactregistry.reader",
+    "roles/secretmanager.secretAccessor",
 }
 
 # The datastore.user condition, verbatim: exactly the module's database, nothing wider.
@@ -108,8 +110,14 @@ LABELED_TYPES = frozenset(
         "google_storage_bucket",
         "google_artifact_registry_repository",
         "google_dataflow_flex_template_job",
+        "google_secret_manager_secret",
     }
 )
+
+# The model API key secret and everything that exists only with it (model_api_key_secret_id).
+SECRET = "google_secret_manager_secret.model_api_key"
+SECRET_ENABLED = "local.model_api_key_secret_enabled"
+SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
 
 _OPTIONS = hcl2.SerializationOptions(
     strip_string_quotes=True, explicit_blocks=False, with_comments=False
@@ -449,6 +457,88 @@ def test_storage_roles_are_granted_only_on_their_resource(
 def test_job_runs_as_the_dedicated_worker() -> None:
     job = _one("google_dataflow_flex_template_job").body
     assert _references(job["service_account_email"]) == {"google_service_account.worker"}
+
+
+# ---------------------------------------------------------------------------
+# The model API key: a secret the worker alone may read, whose value Terraform never holds
+# ---------------------------------------------------------------------------
+
+
+def test_model_api_key_secret_is_optional_and_off_by_default() -> None:
+    variable = _variables()["model_api_key_secret_id"]
+    assert variable["default"] is None and variable["type"] == "string"
+    assert _locals()["model_api_key_secret_enabled"] == "${var.model_api_key_secret_id != null}"
+    body = _one("google_secret_manager_secret").body
+    assert body["count"] == f"${{{SECRET_ENABLED} ? 1 : 0}}"
+    assert body["secret_id"] == "${var.model_api_key_secret_id}"
+    assert body["project"] == "${var.project_id}"
+
+
+def test_no_secret_version_is_managed_so_the_key_never_enters_the_state() -> None:
+    """The user adds the version out of band; Terraform state would hold its payload in clear."""
+    versions = [b.address for b in _blocks() if "secret_manager_secret_version" in b.type]
+    assert versions == []
+    assert "secret_data" not in _module_text_without_variables()
+
+
+def test_secret_accessor_is_granted_to_the_worker_on_the_secret_only() -> None:
+    """Least privilege: one member binding on the secret resource, never on the project."""
+    grants = [b for b in _blocks() if SECRET_ACCESSOR in _ROLE.findall(b.text)]
+    assert [b.type for b in grants] == ["google_secret_manager_secret_iam_member"]
+    body = grants[0].body
+    assert body["role"] == SECRET_ACCESSOR
+    assert _references(body["secret_id"]) == {SECRET}
+    assert _references(body["project"]) == {SECRET}
+    assert _references(body["member"]) == {"google_service_account.worker"}
+    assert body["count"] == f"${{{SECRET_ENABLED} ? 1 : 0}}"
+    for block in _resources("google_project_iam_member"):
+        assert "secretmanager" not in block.text, block.address
+
+
+def test_secret_manager_api_is_enabled_exactly_when_the_secret_exists() -> None:
+    for_each = _one("google_project_service").body["for_each"]
+    assert f'{SECRET_ENABLED} ? ["secretmanager.googleapis.com"] : []' in for_each
+    assert "google_project_service.enabled" in _references(
+        json.dumps(_one("google_secret_manager_secret").body["depends_on"]))
+
+
+def test_secret_is_replicated_in_the_region_and_takes_the_cmek_key() -> None:
+    (replication,) = _one("google_secret_manager_secret").body["replication"]
+    assert "auto" not in replication, "automatic replication needs a global CMEK key"
+    (user_managed,) = replication["user_managed"]
+    (replica,) = user_managed["replicas"]
+    assert replica["location"] == "${var.region}"
+    (dynamic,) = replica["dynamic"]
+    spec = dynamic["customer_managed_encryption"]
+    assert spec["for_each"] == "${local.cmek_enabled ? [var.kms_key_name] : []}"
+    assert spec["content"] == [{"kms_key_name": "${customer_managed_encryption.value}"}]
+
+
+def test_secret_manager_agent_gets_the_cmek_key_only_with_cmek_and_the_secret() -> None:
+    condition = f"${{local.cmek_enabled && {SECRET_ENABLED} ? 1 : 0}}"
+    (identity,) = [b for b in _resources("google_project_service_identity")
+                   if b.body["service"] == "secretmanager.googleapis.com"]
+    (grant,) = [b for b in _resources("google_kms_crypto_key_iam_member")
+                if "google_project_service_identity.secret_manager" in _references(
+                    b.body["member"])]
+    assert identity.body["count"] == grant.body["count"] == condition
+    assert grant.body["crypto_key_id"] == "${var.kms_key_name}"
+    assert grant.body["role"] == "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+    depends_on = json.dumps(_one("google_secret_manager_secret").body["depends_on"])
+    assert grant.address in _references(depends_on)
+
+
+def test_secret_output_is_the_version_prefix_the_flag_takes() -> None:
+    """`<output><version>` is what --model_api_key_secret takes: projects/P/secrets/S/versions/V."""
+    from beam_agents.model._config import API_KEY_SECRET  # noqa: PLC0415
+
+    value = _outputs()["model_api_key_secret_version_prefix"]["value"]
+    assert value == (f'${{{SECRET_ENABLED} ? "${{{SECRET}[0].id}}/versions/" : null}}')
+    # The provider's id of a secret is projects/{{project}}/secrets/{{secret_id}}, so the secret
+    # ids the variable accepts must be the ones the flag accepts.
+    (segment,) = re.findall(r"/secrets/(.+?)/versions/", API_KEY_SECRET.pattern)
+    (validation,) = _variables()["model_api_key_secret_id"]["validation"]
+    assert f'"^{segment}$"' in validation["condition"]
 
 
 # ---------------------------------------------------------------------------

@@ -2,13 +2,20 @@
 
 Configs travel inside pickled DoFns, so they hold plain values and no
 clients. The library never reads environment variables: an entry point maps
-its options (and, if it wants, ``GOOGLE_API_KEY``) onto `ModelConfig` in one
-place.
+its options onto `ModelConfig` in one place.
+
+An API key should not be a config value either: whatever a config holds is
+pickled into every worker's DoFn or Flink function and saved with the job's
+graph. So `ModelConfig` names where the key lives (a Secret Manager secret
+version, or a worker environment variable) and the host reads it where the
+provider is built, in ``DoFn.setup()`` / Flink ``open()``
+(`beam_agents.hosting.start_runtime`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -16,16 +23,27 @@ from typing import Any
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 
-__all__ = ["PROVIDERS", "BreakerConfig", "ModelConfig"]
+__all__ = ["API_KEY_ENV", "API_KEY_SECRET", "PROVIDERS", "BreakerConfig", "ModelConfig"]
 
 PROVIDERS = frozenset({"local", "gemini", "openai"})
+
+#: A Secret Manager secret version: the project by id or number, the secret id, and the
+#: version as a number, ``latest`` or an alias.
+API_KEY_SECRET = re.compile(
+    r"projects/(?:[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,19})"
+    r"/secrets/[A-Za-z0-9_-]{1,255}/versions/(?:[1-9][0-9]{0,18}|[A-Za-z][A-Za-z0-9_-]{0,62})")
+#: A portable environment variable name (POSIX: letters, digits, underscores).
+API_KEY_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+_KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
+_KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 
 # Which optional settings each provider reads; setting one the chosen
 # provider ignores is almost always a mistake, so it is rejected.
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
     "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls"}),
-    "gemini": frozenset({"project", "location", "api_key", "base_url", "timeout_s"}),
-    "openai": frozenset({"api_key", "base_url", "timeout_s"}),
+    "gemini": frozenset({"project", "location", *_KEY_SOURCES, "secret_manager_endpoint",
+                         "base_url", "timeout_s"}),
+    "openai": frozenset({*_KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
 }
 _DEFAULT_LOCAL_MODEL_ID = "local"
 _DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
@@ -91,8 +109,22 @@ class ModelConfig:
             ``"local"`` for the local provider, required otherwise.
         project: Google Cloud project (gemini on Vertex AI).
         location: Vertex AI region, e.g. ``"us-central1"`` (required with project).
-        api_key: Gemini API key, or the bearer token of an OpenAI-compatible
-            server. Never shown in ``repr``.
+        api_key_secret: The Secret Manager secret version holding the API key,
+            ``projects/PROJECT/secrets/SECRET/versions/VERSION``; the worker
+            reads it when it builds the provider, so the key never travels in
+            the job graph. The config holds only this name.
+        api_key_env: The name of the worker's environment variable holding the
+            API key, read when the worker builds the provider (local runs,
+            Flink clusters). The config holds only the name.
+        api_key: The API key itself (Gemini API key, or the bearer token of an
+            OpenAI-compatible server). It is pickled with the config into the
+            job graph, so prefer `api_key_secret` or `api_key_env`; never
+            shown in ``repr``. At most one of the three is set.
+        secret_manager_endpoint: Where `api_key_secret` is read instead of
+            https://secretmanager.googleapis.com: a Private Service Connect or
+            regional endpoint (``https://...``, with application default
+            credentials), or a local Secret Manager peer (``http://...``,
+            reached without credentials, so none leave the machine).
         base_url: Endpoint root without ``/v1`` (openai; defaults to
             https://api.openai.com), or an endpoint override (gemini). A
             trailing ``/v1`` or ``/`` is dropped.
@@ -113,7 +145,10 @@ class ModelConfig:
     model_id: str = ""
     project: str | None = None
     location: str | None = None
+    api_key_secret: str | None = None
+    api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    secret_manager_endpoint: str | None = None
     base_url: str | None = None
     timeout_s: float = 60.0
     script_path: str | None = None
@@ -126,7 +161,8 @@ class ModelConfig:
         if self.provider not in PROVIDERS:
             raise ConfigError(f"provider must be one of {sorted(PROVIDERS)}, got "
                               f"{self.provider!r}", field="provider")
-        for name in ("project", "location", "api_key", "base_url", "script_path"):
+        for name in ("project", "location", *_KEY_SOURCES, "secret_manager_endpoint",
+                     "base_url", "script_path"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(f"{name} must be a non-empty str or None", field=name)
@@ -144,6 +180,7 @@ class ModelConfig:
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
         self._check_provider_fields()
+        self._check_key_source()
         if self.base_url is not None:
             object.__setattr__(self, "base_url", _normalise_base_url(self.base_url))
         elif self.provider == "openai":
@@ -152,27 +189,59 @@ class ModelConfig:
     def _check_provider_fields(self) -> None:
         defaults = {f.name: f.default for f in fields(self)}
         allowed = _PROVIDER_FIELDS[self.provider]
-        for name in ("project", "location", "api_key", "base_url", "timeout_s",
-                     "script_path", "latency_ms", "outage_first_call", "outage_calls"):
+        for name in ("project", "location", *_KEY_SOURCES, "secret_manager_endpoint",
+                     "base_url", "timeout_s", "script_path", "latency_ms", "outage_first_call",
+                     "outage_calls"):
             if name not in allowed and getattr(self, name) != defaults[name]:
                 raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
                                   f"remove it (that provider reads: {sorted(allowed)})",
                                   field=name)
         if self.provider == "gemini":
+            keyed = [name for name in _KEY_SOURCES if getattr(self, name) is not None]
             if self.project is not None:
                 if self.location is None:
                     raise ConfigError("location is required with project (Vertex AI), e.g. "
                                       "'us-central1'", field="location")
-                if self.api_key is not None:
-                    raise ConfigError("set either project+location (Vertex AI, application "
-                                      "default credentials) or api_key, not both",
-                                      field="api_key")
-            elif self.api_key is None:
-                raise ConfigError("gemini needs project+location (Vertex AI) or api_key "
-                                  "(Gemini API)", field="project")
+                if keyed:
+                    raise ConfigError(f"set either project+location (Vertex AI, application "
+                                      f"default credentials) or {keyed[0]}, not both",
+                                      field=keyed[0])
+            elif not keyed:
+                raise ConfigError(f"gemini needs project+location (Vertex AI) or an API key "
+                                  f"(Gemini API): {_KEY_FLAGS}", field="project")
             elif self.location is not None:
                 raise ConfigError("location is only used with project (Vertex AI)",
                                   field="location")
+
+    def _check_key_source(self) -> None:
+        # A rejected value is never echoed: a key pasted into the wrong flag
+        # must not end up in a log or a launcher's error page.
+        keyed = [name for name in _KEY_SOURCES if getattr(self, name) is not None]
+        if len(keyed) > 1:
+            raise ConfigError(f"set one API key source, not {' and '.join(keyed)}: {_KEY_FLAGS} "
+                              "(read on the worker), or api_key", field=keyed[1])
+        if self.api_key_secret is not None and not API_KEY_SECRET.fullmatch(self.api_key_secret):
+            raise ConfigError(
+                "api_key_secret (--model_api_key_secret) must name a Secret Manager secret "
+                "version, projects/PROJECT/secrets/SECRET/versions/VERSION, VERSION a number, "
+                f"'latest' or an alias; the value given ({len(self.api_key_secret)} characters) "
+                "is not shown, in case it is the key itself", field="api_key_secret")
+        if self.api_key_env is not None and not API_KEY_ENV.fullmatch(self.api_key_env):
+            raise ConfigError(
+                "api_key_env (--model_api_key_env) must be an environment variable name: "
+                "letters, digits and underscores, not starting with a digit; the value given "
+                f"({len(self.api_key_env)} characters) is not shown, in case it is the key "
+                "itself", field="api_key_env")
+        endpoint = self.secret_manager_endpoint
+        if endpoint is not None:
+            if self.api_key_secret is None:
+                raise ConfigError("secret_manager_endpoint (--secret_manager_endpoint) is only "
+                                  "used with api_key_secret (--model_api_key_secret)",
+                                  field="secret_manager_endpoint")
+            if not endpoint.startswith(("http://", "https://")) or not endpoint.split("://")[1]:
+                raise ConfigError(f"secret_manager_endpoint must start with http:// or https://, "
+                                  f"got {endpoint!r}", field="secret_manager_endpoint")
+            object.__setattr__(self, "secret_manager_endpoint", endpoint.rstrip("/"))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ModelConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,8 +71,10 @@ def test_any_cut_of_a_file_into_ranges_reads_every_line_exactly_once(
     data = b"\n".join(parts) + (b"\n" if trailing_newline and parts else b"")
     bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
     whole = lines(data)
-    pieces = [line for start, end in zip(bounds, bounds[1:], strict=False)
+    pieces = [line for start, end in itertools.pairwise(bounds)
               for line in lines(data, start=start, end=end)]
     assert pieces == whole
-    assert whole == [p.removesuffix(b"\r") for p in (data.split(b"\n")[:-1] if data.endswith(
-        b"\n") else data.split(b"\n"))] if data else whole == []
+    split = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        split = split[:-1]  # no line after the last break
+    assert whole == [part.removesuffix(b"\r") for part in split]

@@ -26,12 +26,20 @@ _LAZY = {
 }
 
 
-def build_provider(config: ModelConfig) -> ModelProvider:
+def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelProvider:
     """Build the backend `config` names; call at worker setup, never in `__init__`.
 
     Building does no network I/O (clients connect on first use); a local
     script file is read and validated here, so a bad script fails at setup.
+
+    Args:
+        config: Which backend, and its settings.
+        api_key: The key the host read from ``config.api_key_secret`` or
+            ``config.api_key_env`` on the worker; it wins over
+            ``config.api_key``. Passed here, not through the config, so it is
+            never pickled.
     """
+    key = api_key if api_key is not None else config.api_key
     if config.provider == "local":
         if config.script_path is not None:
             return LocalModel.from_script_file(config.script_path, model_id=config.model_id,
@@ -46,11 +54,11 @@ def build_provider(config: ModelConfig) -> ModelProvider:
 
         assert config.base_url is not None  # ModelConfig defaults it for openai
         return OpenAICompatibleProvider(model_id=config.model_id, base_url=config.base_url,
-                                        api_key=config.api_key, timeout_s=config.timeout_s)
+                                        api_key=key, timeout_s=config.timeout_s)
     from beam_agents.model.providers.gemini import GeminiProvider  # noqa: PLC0415
 
     return GeminiProvider(model_id=config.model_id, project=config.project,
-                          location=config.location, api_key=config.api_key,
+                          location=config.location, api_key=key,
                           base_url=config.base_url, timeout_s=config.timeout_s)
 
 

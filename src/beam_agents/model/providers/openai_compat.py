@@ -15,6 +15,10 @@ Error mapping (the `ModelProvider` contract):
 
 httpx never retries by default; the transport is still built with
 ``retries=0`` to make that explicit, since the runtime owns retries.
+
+Error messages quote up to 300 characters of the reply body, with the API
+key cut out first: a gateway that echoes the request's ``Authorization``
+header back in its 401 page must not put the key into a dead letter.
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ class OpenAICompatibleProvider:
         try:
             doc = reply.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise self._malformed(f"body is not JSON: {reply.text[:_BODY_SNIPPET_CHARS]!r}",
+            raise self._malformed(f"body is not JSON: {self._snippet(reply)!r}",
                                   reply.status_code) from exc
         return self.parse_completion(doc)
 
@@ -150,7 +154,7 @@ class OpenAICompatibleProvider:
 
     def _status_error(self, reply: httpx.Response) -> ModelError:
         status = reply.status_code
-        snippet = reply.text[:_BODY_SNIPPET_CHARS]
+        snippet = self._snippet(reply)
         if status in _RETRIABLE_STATUSES or status >= 500:
             return ProviderUnavailable(
                 f"{self.model_id} at {self._url} answered HTTP {status} (retriable): {snippet}",
@@ -159,6 +163,13 @@ class OpenAICompatibleProvider:
             f"{self.model_id} at {self._url} rejected the request with HTTP {status}: "
             f"{snippet}. Check the model id, api_key, base_url and request.",
             model_id=self.model_id, status=status)
+
+    def _snippet(self, reply: httpx.Response) -> str:
+        # Redact before cutting, so no prefix of the key survives at the edge.
+        text = reply.text
+        if self._api_key:
+            text = text.replace(self._api_key, "[redacted]")
+        return text[:_BODY_SNIPPET_CHARS]
 
     def _malformed(self, why: str, status: int) -> ProviderUnavailable:
         return ProviderUnavailable(f"{self.model_id} at {self._url} sent a malformed "
