@@ -5,7 +5,7 @@ LATEST := .venv-beam-latest
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test lint protos demo bench clean
+.PHONY: test lint protos demo bench fuzz mutate clean
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -62,6 +62,21 @@ demo: $(VENV)/.installed
 # The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m benchmarks
+
+# Coverage-guided fuzzing (atheris) of every decoder of keyed state and input:
+# 200 000 inputs for each of the 8 targets in fuzz/, one libFuzzer process per
+# target. Prints inputs, crashes and seconds per target and writes
+# fuzz/results/latest.json; crashing inputs land in fuzz/results/crashes/.
+fuzz: $(VENV)/.installed
+	$(VENV)/bin/python -m fuzz --runs 200000
+
+# Mutation testing: mutmut over memory/, the replay cache, the cache key and the
+# stores' seq guards, against their fast offline tests ([tool.mutmut] in
+# pyproject.toml). A fresh run each time; prints killed, survived, timeout,
+# total and the kill rate, and writes them with the survivors' names to
+# mutate/results.json. `mutmut show NAME` shows one survivor's diff.
+mutate: $(VENV)/.installed
+	$(VENV)/bin/python tools/mutate.py --max-children 2
 
 clean:
 	rm -rf $(VENV) $(LATEST) $(TOOLS) out .pytest_cache .hypothesis

@@ -6,7 +6,7 @@ compact, versioned and length-prefixed::
 
     ring   := version item*
     version:= 0x01
-    item   := varint(len) bytes
+    item   := varint(len) bytes      (a minimal varint: no zero final byte)
 
 An empty ring is the single version byte. Every item costs its length plus
 its varint prefix, which is what lets `Memory` keep the encoded size of a ring
@@ -101,7 +101,7 @@ def _walk_quickly(key: str, data: bytes, origin: int, pos: int, end: int,
             length = data[pos]
             if length < 0x80:
                 pos += 1
-            elif data[pos + 1] < 0x80:
+            elif 0 < data[pos + 1] < 0x80:  # a zero final byte is padding: walk carefully
                 length = (length & 0x7F) | (data[pos + 1] << 7)
                 pos += 2
             else:
@@ -142,6 +142,10 @@ def _walk_carefully(key: str, data: bytes, start: int, end: int,
             raise RingCorruptError(
                 key, f"length prefix too long at byte {pos + MAX_VARINT_BYTES - start}"
             )
+        if following - pos > 1 and not data[following - 1]:
+            # A padded prefix: `item_cost` (and so every size delta of an
+            # append) counts the minimal one, so the ring cannot be edited.
+            raise RingCorruptError(key, f"padded length prefix at byte {pos - start}")
         pos = following
         if pos + length > end:
             raise RingCorruptError(

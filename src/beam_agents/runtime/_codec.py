@@ -69,7 +69,10 @@ def _get_bytes(doc: dict[str, Any], name: str, *, required: bool,
         return b""
     value = doc[name]
     if isinstance(value, str):
-        return value.encode()
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate, from a \ud800 escape
+            raise error(f"{name} is not valid Unicode: {exc}", field=name) from exc
     if name == "payload":
         try:
             return canonical_json(value)
@@ -94,7 +97,7 @@ def decode_event_json(line: bytes | str) -> AgentEvent:
                 f"({exc.reason})") from exc
     try:
         doc = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise EventDecodeError(f"input is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EventDecodeError(f"input must be a JSON object, got {type(doc).__name__}")
@@ -113,9 +116,12 @@ def decode_event_json(line: bytes | str) -> AgentEvent:
     if not isinstance(attributes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
         raise EventDecodeError("attributes must map strings to strings", field="attributes")
-    event = AgentEvent(entity_key=entity_key, event_id=event_id, event_time_ms=event_time,
-                       payload=_get_bytes(doc, "payload", required=False, error=EventDecodeError),
-                       attributes=attributes)
+    payload = _get_bytes(doc, "payload", required=False, error=EventDecodeError)
+    try:
+        event = AgentEvent(entity_key=entity_key, event_id=event_id, event_time_ms=event_time,
+                           payload=payload, attributes=attributes)
+    except ValueError as exc:  # an int64 overflow, or a lone surrogate in a string field
+        raise EventDecodeError(f"input does not fit an AgentEvent: {exc}") from exc
     return _checked(event)
 
 
@@ -174,6 +180,7 @@ def error_to_json(record: ErrorRecord) -> bytes:
         out["attempts"] = record.attempts
     if record.event_bytes:  # only for an element cut to a prefix (over --max_event_bytes)
         out["event_bytes"] = record.event_bytes
+    if record.event_sha256:  # written whenever read, so every line round-trips
         out["event_sha256"] = record.event_sha256.hex()
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
@@ -202,5 +209,6 @@ def error_from_json(line: bytes | str) -> ErrorRecord:
         )
     except EventDecodeError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError,
+            RecursionError) as exc:  # OverflowError: int(1e999); RecursionError: nesting
         raise EventDecodeError(f"not an error record line: {exc}") from exc

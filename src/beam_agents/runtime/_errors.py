@@ -64,8 +64,16 @@ def stage_of(exc: BaseException, *, flushing: bool = False) -> int:
     return ErrorRecord.STAGE_AGENT
 
 
+def _utf8(text: str) -> str:
+    # A message may quote input holding a lone surrogate (a JSON \ud800 escape),
+    # which a proto string cannot hold; the record keeps its escape instead.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _bounded_traceback(exc: BaseException, limit: int) -> str:
-    text = "".join(traceback.format_exception(exc))
+    if limit <= 0:  # a DECODE record: no traceback, and none formatted to be thrown away
+        return ""
+    text = _utf8("".join(traceback.format_exception(exc)))  # escaped first, then bounded
     if len(text) <= limit:
         return text
     # Keep the end: the innermost frames and the message say what broke.
@@ -79,7 +87,7 @@ def error_record(exc: BaseException, *, stage: int, entity_key: bytes, seq: int,
     return ErrorRecord(
         stage=stage,  # type: ignore[arg-type]
         error_type=f"{kind.__module__}.{kind.__qualname__}",
-        message=str(exc) or kind.__name__,
+        message=_utf8(str(exc) or kind.__name__),
         traceback=_bounded_traceback(exc, traceback_bytes),
         retriable=isinstance(exc, BeamAgentsError) and exc.retriable,
         entity_key=entity_key,

@@ -1,0 +1,27 @@
+"""Fuzz `decode_input` with input_format=proto, as every host calls it: through `InputDecoder`.
+
+Every host decodes its input this way first (``runtime/_errors.py``,
+``runtime/_codec.py``, ``runtime/_keyed.py``). It must never raise: an
+undecodable element is a DECODE `ErrorRecord` carrying the element (invariant
+8), and an exception would take the worker down instead. See
+`fuzz._events.check_decode` for the round-trips checked on what decodes.
+"""
+
+from __future__ import annotations
+
+import atheris  # type: ignore[import-untyped]
+
+from fuzz._harness import fuzz, proto_mutator
+
+with atheris.instrument_imports(include=["beam_agents"]):
+    from beam_agents._proto.event_pb2 import AgentEvent
+    from fuzz._events import check_decode
+
+
+def test_one_input(data: bytes) -> None:
+    """Decode `data` as a proto input element; see `check_decode`."""
+    check_decode(data, "proto")
+
+
+if __name__ == "__main__":
+    fuzz(test_one_input, mutator=proto_mutator(AgentEvent))
