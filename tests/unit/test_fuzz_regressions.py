@@ -124,3 +124,12 @@ def test_a_malformed_error_record_line_is_an_event_decode_error(line: bytes) -> 
     """error_from_json raises EventDecodeError, the one error `errors show/redrive` report."""
     with pytest.raises(EventDecodeError):
         error_from_json(line)
+
+
+@pytest.mark.parametrize("ring", [b"\x01\x81\x00x", b"\x01\x01y\x81\x00x", b"\x01\x80\x80\x00"],
+                         ids=["one-item", "after-a-minimal-item", "three-byte"])
+@pytest.mark.parametrize("read", [decode_ring, item_lengths, RingEdit])
+def test_a_padded_prefix_of_a_non_empty_item_is_a_corrupt_ring(read: object, ring: bytes) -> None:
+    """Padding is refused whatever the item's length and wherever the item stands."""
+    with pytest.raises(RingCorruptError, match="padded length prefix"):
+        read("notes", ring, 0, len(ring))  # type: ignore[operator]
