@@ -18,13 +18,13 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from beam_agents._secrets import crc32c
+from tests._http import LocalServer, send_json
 
 __all__ = ["ChatServer", "GeminiServer", "SecretManagerPeer", "new_key"]
 
@@ -49,53 +49,30 @@ class _Served:
 
 
 class _Peer:
-    """A ThreadingHTTPServer on a free port; `respond` builds each answer."""
+    """A `LocalServer` that records each request; `respond` builds each answer."""
 
     def __init__(self) -> None:
         self.requests: list[_Served] = []
-        peer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                peer._handle(self, b"")
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                peer._handle(self, self.rfile.read(length))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.02}, daemon=True)
+        self._server = LocalServer(self._handle)
+        self.url = self._server.url
 
     def _handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         authorization = handler.headers.get("Authorization")
         self.requests.append(_Served(handler.command, handler.path, authorization,
                                      handler.headers.get("x-goog-api-key")))
         status, document = self.respond(handler.command, handler.path, authorization, body)
-        payload = json.dumps(document).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
+        send_json(handler, json.dumps(document).encode(), status)
 
     def respond(self, method: str, path: str, authorization: str | None,
                 body: bytes) -> tuple[int, Any]:
         raise NotImplementedError
 
     def __enter__(self) -> Any:
-        self._thread.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
+        self._server.__exit__(*exc)
 
 
 class SecretManagerPeer(_Peer):

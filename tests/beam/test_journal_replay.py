@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_agents.beam import run
 from beam_agents.runtime import error_from_json
+from tests._http import LocalServer, chat_completion, send_json
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -54,34 +55,17 @@ class _Provider:
         self.hold_after: int | None = None
         self._changed = threading.Condition()
         self._release = threading.Event()
-        provider = self
+        self._server = LocalServer(self._handle, on_exit=self._release.set)
+        self.url = self._server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = provider._answer(json.dumps(body, sort_keys=True))
-                if text is None:
-                    provider._release.wait()
-                    self.close_connection = True
-                    return
-                time.sleep(LATENCY_S)
-                payload = json.dumps({
-                    "id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+    def _handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        text = self._answer(json.dumps(json.loads(body), sort_keys=True))
+        if text is None:
+            self._release.wait()
+            handler.close_connection = True
+            return
+        time.sleep(LATENCY_S)
+        send_json(handler, chat_completion(text))
 
     def _answer(self, body: str) -> str | None:
         with self._changed:
@@ -107,14 +91,11 @@ class _Provider:
                 f"the provider answered {self.total} call(s), never {calls}")
 
     def __enter__(self) -> _Provider:
-        self._thread.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
+        self._server.__exit__(*exc)
 
 
 @pytest.fixture

@@ -31,14 +31,14 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.stores import FirestoreLongtermConfig, SqliteLongtermConfig
+from tests._http import LocalServer, chat_completion, send_json
 from tests.flink.conftest import REPO, flink_run, job_env, run_job
 from tests.flink.test_failover import (
     CRASH_ENTITY,
@@ -87,51 +87,31 @@ class _Provider:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.delivered: Counter[str] = Counter()
-        lock = threading.Lock()
-        calls, delivered = self.calls, self.delivered
+        self._lock = threading.Lock()
+        self._server = LocalServer(self._handle)
+        self.url = self._server.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                content = str(body["messages"][-1]["content"])
-                with lock:
-                    calls[content] += 1
-                # The latency lets a worker's keys overlap, as the local model's does.
-                time.sleep(MODEL_LATENCY_MS / 1000)
-                payload = json.dumps({
-                    "id": "chatcmpl-1", "object": "chat.completion", "model": "fake",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant",
-                                             "content": f"ok {content}"}}]}).encode()
-                if _peer_closed(self.connection):  # the worker died waiting
-                    return
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    self.wfile.flush()
-                except OSError:  # BrokenPipeError, ConnectionResetError
-                    return
-                with lock:
-                    delivered[content] += 1
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+    def _handle(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        content = str(json.loads(body)["messages"][-1]["content"])
+        with self._lock:
+            self.calls[content] += 1
+        # The latency lets a worker's keys overlap, as the local model's does.
+        time.sleep(MODEL_LATENCY_MS / 1000)
+        if _peer_closed(handler.connection):  # the worker died waiting
+            return
+        try:
+            send_json(handler, chat_completion(f"ok {content}", model="fake"))
+        except OSError:  # BrokenPipeError, ConnectionResetError
+            return
+        with self._lock:
+            self.delivered[content] += 1
 
     def __enter__(self) -> _Provider:
-        self._thread.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
+        self._server.__exit__(*exc)
 
 
 def _peer_closed(sock: socket.socket) -> bool:

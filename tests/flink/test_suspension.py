@@ -15,12 +15,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._http import LocalServer, chat_completion, send_json
 from tests.flink.conftest import part_lines, run_job
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,38 +45,18 @@ def provider() -> Iterator[_Provider]:
     lock = threading.Lock()
     calls: list[tuple[str, str, int]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            content = str(body["messages"][-1]["content"])
-            who = content.split(":", 1)[0]
-            with lock:
-                failed = sum(1 for c in calls if c[0] == who and c[2] == 503)
-                status = 503 if who == FLAKY and failed < FAILURES else 200
-                calls.append((who, content, status))
-            reply = {"error": "overloaded"} if status == 503 else {
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "fake",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": f"ok {content}"}}]}
-            payload = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def handle(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        content = str(json.loads(body)["messages"][-1]["content"])
+        who = content.split(":", 1)[0]
+        with lock:
+            failed = sum(1 for c in calls if c[0] == who and c[2] == 503)
+            status = 503 if who == FLAKY and failed < FAILURES else 200
+            calls.append((who, content, status))
+        send_json(handler, b'{"error": "overloaded"}' if status == 503 else chat_completion(
+            f"ok {content}", model="fake"), status)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield _Provider(url=f"http://127.0.0.1:{httpd.server_address[1]}", calls=calls)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with LocalServer(handle) as server:
+        yield _Provider(url=server.url, calls=calls)
 
 
 def _write_events(path: Path) -> None:

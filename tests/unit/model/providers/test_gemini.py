@@ -25,7 +25,7 @@ from beam_agents.model.providers.gemini import (
     translate_error,
     translate_response,
 )
-from tests.unit.model.providers._http import serving
+from tests._http import LocalServer, send_json
 
 CONVERSATION = ModelRequest(
     model_id="gemini-2.0-flash",
@@ -158,23 +158,13 @@ def gemini_server() -> Iterator[tuple[str, list[tuple[int, Any]], list[dict[str,
     replies: list[tuple[int, Any]] = []
     seen: list[dict[str, Any]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append({"path": self.path, "json": json.loads(raw)})
-            status, body = replies.pop(0)
-            payload = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def handle(handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        seen.append({"path": handler.path, "json": json.loads(body)})
+        status, reply = replies.pop(0)
+        send_json(handler, json.dumps(reply).encode(), status)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    with serving(Handler) as url:
-        yield url, replies, seen
+    with LocalServer(handle) as server:
+        yield server.url, replies, seen
 
 
 def run(provider: GeminiProvider, request: ModelRequest):

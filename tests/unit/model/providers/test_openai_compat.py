@@ -24,7 +24,7 @@ from beam_agents.model._provider import ModelProvider
 from beam_agents.model._types import ModelRequest, ToolCall
 from beam_agents.model.providers import build_provider
 from beam_agents.model.providers.openai_compat import OpenAICompatibleProvider
-from tests.unit.model.providers._http import serving
+from tests._http import serving
 
 COMPLETION = {
     "id": "chatcmpl-1", "object": "chat.completion", "model": "served-name",
