@@ -55,6 +55,7 @@ __all__ = [
     "call_journal_config_from_mapping",
     "load_agent",
     "start_runtime",
+    "wall_ms",
 ]
 
 _log = logging.getLogger(__name__)
@@ -205,6 +206,11 @@ def _warn_if_key_in_config(config: AgentConfig) -> None:
                      "graph (pickled into every worker's DoFn or Flink function, and saved with "
                      "the job). Pass --model_api_key_secret projects/P/secrets/S/versions/V or "
                      "--model_api_key_env NAME instead; the workers read the key at setup.")
+
+
+def wall_ms() -> int:
+    """The worker's processing time, for the hosts: retry backoff waits on the wall clock."""
+    return int(time.time() * 1000)
 
 
 def agent_config_from_mapping(data: Mapping[str, Any]) -> AgentConfig:

@@ -42,7 +42,7 @@ PUBLIC = {
     ],
     "beam_agents.hosting": [
         "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping",
-        "call_journal_config_from_mapping", "load_agent", "start_runtime",
+        "call_journal_config_from_mapping", "load_agent", "start_runtime", "wall_ms",
     ],
     "beam_agents.testing": [
         "DEFAULT_EVENT_TIME_MS", "InMemoryCallJournal", "InMemoryLongtermConfig",

@@ -7,14 +7,13 @@ It also holds `SharedEngine`, the streaming host's one engine per process
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, ClassVar
 
 import apache_beam as beam
 
 from beam_agents.beam._metrics import BeamMetrics
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import start_runtime, wall_ms
 from beam_agents.model import ModelProvider
 from beam_agents.runtime import ActivationRuntime, AgentConfig, KeyedEngine
 
@@ -26,11 +25,6 @@ ERRORS = "errors"
 #: Builds the model provider in ``setup()`` instead of the one the config
 #: names (e.g. a test's scripted model); pickled with the DoFn, so importable.
 ProviderFactory = Callable[[], ModelProvider]
-
-
-def wall_ms() -> int:
-    """The worker's processing time: retry backoff is a wall-clock wait, not event time."""
-    return int(time.time() * 1000)
 
 
 def route(lines: Iterable[tuple[str, Any]]) -> Iterator[Any]:

@@ -31,7 +31,6 @@ timers run every unapplied event again with the same seq (invariants 8 and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,7 +39,7 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from beam_agents.flink._metrics import FlinkMetrics
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import start_runtime, wall_ms
 from beam_agents.runtime import (
     CELLS,
     POLL_MS,
@@ -120,7 +119,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         engine = self._started()
         timers = ctx.timer_service()
         if ctx.time_domain() == TimeDomain.EVENT_TIME:
-            step = engine.drain(ctx.get_current_key(), self._cells, clock_ms=_wall_ms)
+            step = engine.drain(ctx.get_current_key(), self._cells, clock_ms=wall_ms)
         else:
             step = engine.pump(ctx.get_current_key(), self._cells,
                                timers.current_processing_time())
@@ -176,11 +175,6 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         self._metrics.flush()
         for channel, line in step.lines:
             yield line.decode() if channel == "intents" else (ERRORS, line.decode())
-
-
-def _wall_ms() -> int:
-    """Wall-clock milliseconds, the clock PyFlink's processing time reads."""
-    return int(time.time() * 1000)
 
 
 class _Cell:
