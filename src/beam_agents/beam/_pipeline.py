@@ -67,10 +67,8 @@ class DecodeEvents(beam.DoFn):
 
     def process(self, element: bytes | str | Oversize) -> Iterator[Any]:
         """Decode one element: bytes from every source (files are read undecoded)."""
-        data = element if isinstance(element, Oversize) else (
-            element.encode() if isinstance(element, str) else bytes(element))
         self._report_progress()
-        decoded = self._decode(data)
+        decoded = self._decode(element)
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(decoded))

@@ -125,14 +125,6 @@ class FlinkJobOptions:
 FILE_CHARSET = "ISO-8859-1"
 
 
-def _line_bytes(line: str, charset: str) -> bytes:
-    """The bytes `line` was decoded from; never raises (a lone surrogate stays invalid UTF-8)."""
-    try:
-        return line.encode(charset)
-    except UnicodeEncodeError:
-        return line.encode("utf-8", errors="surrogatepass")
-
-
 class DecodeEvents(ProcessFunction):
     """A JSON line -> ``(key, AgentEvent bytes)``; an undecodable one -> a DECODE record.
 
@@ -154,12 +146,12 @@ class DecodeEvents(ProcessFunction):
         """Bind the counters to the operator's metric group."""
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
         self._decode = InputDecoder(self._format, self._metrics,
-                                    max_event_bytes=self._max_event_bytes)
+                                    max_event_bytes=self._max_event_bytes, charset=self._charset)
 
     def process_element(self, value: str, ctx: Any) -> Iterator[Any]:
         """Decode one line."""
         assert self._decode is not None and self._metrics is not None, "open() was not called"
-        decoded = self._decode(_line_bytes(value, self._charset))
+        decoded = self._decode(value)
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield ERRORS, error_to_json(decoded).decode()

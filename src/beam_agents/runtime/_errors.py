@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import traceback
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
@@ -23,7 +22,7 @@ from beam_agents.errors import (
     StoreLimitError,
 )
 from beam_agents.runtime._codec import decode_event
-from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES, Oversize
+from beam_agents.runtime._lines import Oversize
 
 __all__ = ["ErrorRecord", "decode_input", "error_record", "stage_of"]
 
@@ -109,7 +108,7 @@ def decode_input(data: bytes | Oversize, input_format: str, *,
     whole, so one huge line never travels on as a whole.
     """
     if isinstance(data, bytes) and max_event_bytes is not None and len(data) > max_event_bytes:
-        data = Oversize(len(data), data[:OVERSIZE_PREFIX_BYTES], hashlib.sha256(data).digest())
+        data = Oversize.of(data)
     if isinstance(data, Oversize):
         limit = "the size limit" if max_event_bytes is None else (
             f"max_event_bytes {max_event_bytes}")

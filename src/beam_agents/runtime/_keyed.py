@@ -57,27 +57,42 @@ class StateCells:
 
 
 class InputDecoder:
-    """The first step of every host: input bytes -> an event, or a DECODE dead letter.
+    """The first step of every host: an input element -> an event, or a DECODE dead letter.
 
     Counts ``beam_agents.runtime:events`` per element and ``errors_decode`` per
-    undecodable one, so every engine reports the same counters.
+    undecodable one, so every engine reports the same counters. An element
+    that a source handed over as text is turned back into the bytes it was
+    decoded from with `charset` (``"latin-1"`` for a source that read bytes
+    one char each, lossless); text that charset cannot hold (a lone surrogate)
+    becomes invalid UTF-8, so it too ends as a DECODE record, never a crash.
     """
 
     def __init__(self, input_format: str, metrics: MetricsSink, *,
-                 max_event_bytes: int | None = None) -> None:
+                 max_event_bytes: int | None = None, charset: str = "utf-8") -> None:
         self._format = input_format
         self._metrics = metrics
         self._max_event_bytes = max_event_bytes
+        self._charset = charset
 
-    def __call__(self, data: bytes | Oversize) -> AgentEvent | ErrorRecord:
+    def __call__(self, data: bytes | str | Oversize) -> AgentEvent | ErrorRecord:
         """Decode one element (see `decode_input`); also counts ``oversize_events``."""
         self._metrics.inc(NAMESPACE, "events")
+        if isinstance(data, str):
+            data = self._encode(data)
+        elif not isinstance(data, Oversize):
+            data = bytes(data)  # a bytearray or memoryview from a source
         decoded = decode_input(data, self._format, max_event_bytes=self._max_event_bytes)
         if isinstance(decoded, ErrorRecord):
             self._metrics.inc(NAMESPACE, "errors_decode")
             if decoded.event_bytes:
                 self._metrics.inc(NAMESPACE, "oversize_events")
         return decoded
+
+    def _encode(self, text: str) -> bytes:
+        try:
+            return text.encode(self._charset)
+        except UnicodeEncodeError:
+            return text.encode("utf-8", errors="surrogatepass")
 
 
 def _as_bytes(value: Any) -> bytes | None:

@@ -41,6 +41,11 @@ class Oversize:
     prefix: bytes
     sha256: bytes
 
+    @classmethod
+    def of(cls, data: bytes) -> Oversize:
+        """What its dead letter keeps of `data`, held whole."""
+        return cls(len(data), data[:OVERSIZE_PREFIX_BYTES], hashlib.sha256(data).digest())
+
 
 def read_lines(stream: BinaryIO, *, max_bytes: int, start: int = 0,
                end: int | None = None) -> Iterator[bytes | Oversize]:
@@ -106,7 +111,6 @@ def _read_line(stream: BinaryIO, max_bytes: int) -> tuple[bytes | Oversize, int]
         line = b"".join(parts).removesuffix(b"\r")
         if len(line) <= max_bytes:
             return line, consumed
-        return Oversize(len(line), line[:OVERSIZE_PREFIX_BYTES],
-                        hashlib.sha256(line).digest()), consumed
+        return Oversize.of(line), consumed
     # Once hashed, a `\r` before the break is part of the line's size and digest.
     return Oversize(size, prefix, digest.digest()), consumed

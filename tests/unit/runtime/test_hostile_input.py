@@ -113,3 +113,16 @@ def test_the_flag_sets_the_limit_and_the_default_is_one_mib() -> None:
     assert AgentConfig(agent=AGENT).max_event_bytes == 1_048_576
     config = agent_config_from_flags({"agent": AGENT, "max_event_bytes": 4096})
     assert config.max_event_bytes == 4096
+
+
+def test_text_elements_decode_from_the_bytes_their_source_read() -> None:
+    """A source that hands over text: latin-1 gives back the file's bytes; nothing raises."""
+    metrics = Counts()
+    latin = InputDecoder("json", metrics, charset="latin-1")
+    record = latin(b'{"entity_key": "c1", "event_time_ms": 7, "payload": "caf\xe9"}'.decode(
+        "latin-1"))
+    assert isinstance(record, ErrorRecord) and "not UTF-8: byte 0xe9" in record.message
+    text = InputDecoder("json", metrics)
+    assert isinstance(text('{"entity_key": "c1", "event_time_ms": 1}'), AgentEvent)
+    lone = text('{"entity_key": "c1", "event_time_ms": 1, "payload": "\ud800"}')
+    assert isinstance(lone, ErrorRecord) and lone.stage == ErrorRecord.STAGE_DECODE
