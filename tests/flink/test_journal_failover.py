@@ -246,14 +246,14 @@ def test_a_worker_crash_with_the_journal_on_pays_no_call_twice_on_flink(
     assert len(repaid_entities) == len(set(repaid_entities)), repaid
     assert set(chaos.calls) == set(clean.calls)
     if variant != "cluster-killed-worker":
-        # On a MiniCluster every subtask's operator runs in the one process
-        # the fault watches, so it knows each entity that was mid-call; and a
-        # task failure closes the abandoned calls' sockets first, so the
-        # server tells the unanswered ones apart: each event was answered
-        # exactly once. (A killed worker can die with an answer already in its
-        # socket, and the other subtask's worker is cancelled unwatched.)
-        in_flight = set((chaos.out / "crashed.marker.in_flight").read_text().split())
-        assert set(repaid_entities) <= in_flight, (repaid, in_flight)
+        # On a MiniCluster a task failure closes the abandoned calls' sockets
+        # before their answers go out, so the server tells the unanswered ones
+        # apart: each event was answered exactly once, and every call paid
+        # twice is one whose first answer never arrived. Which entities those
+        # are is not fixed at the crash: until the failover cancels them, the
+        # other keys and the other subtask go on starting calls, so the fault's
+        # `<marker>.in_flight` snapshot is a lower bound, not the set. (A killed
+        # worker can die with an answer already in its socket.)
         assert chaos.delivered == clean.calls, [c for c, n in chaos.delivered.items() if n > 1]
         assert chaos.paid == clean.paid + chaos.lost
 
