@@ -123,6 +123,14 @@ async def timed(ctx: AgentContext) -> None:
     ctx.emit("ran", {"seq": ctx.seq, "event": ctx.event.event_id, "t": ctx.now_ms})
 
 
+async def steady(ctx: AgentContext) -> None:
+    """`timed` with one fixed 40 ms latency, like a model call: spans overlap if run at once."""
+    start = time.monotonic()
+    await asyncio.sleep(0.04)
+    TIMED.append((ctx.entity_key, ctx.seq, ctx.event.event_id, start, time.monotonic()))
+    ctx.emit("ran", {"seq": ctx.seq, "event": ctx.event.event_id, "t": ctx.now_ms})
+
+
 async def ask(ctx: AgentContext) -> None:
     """Asks the model about the event and emits the answer (suspension tests)."""
     who, text = ctx.entity_key.decode(), ctx.payload.decode()

@@ -23,7 +23,11 @@ from pyflink.datastream import TimeDomain
 from beam_agents.errors import ProviderUnavailable
 from beam_agents.flink import ERRORS, AgentKeyedProcessFunction
 from beam_agents.flink import _function as function_module
-from beam_agents.flink._function import END_OF_INPUT_MS, MAX_QUEUED_PER_KEY
+from beam_agents.flink._function import (
+    END_OF_INPUT_MS,
+    END_OF_INPUT_ROUNDS,
+    MAX_QUEUED_PER_KEY,
+)
 from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelRequest
 from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
@@ -127,6 +131,7 @@ class _Operator:
         self.function.open(_RuntimeContext(self.backend))  # type: ignore[arg-type]
         self.processing_timers: set[tuple[int, str]] = set()
         self.event_timers: set[tuple[int, str]] = set()
+        self.event_rounds: list[list[str]] = []  # keys fired at the end, by timestamp
         self.intents: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
 
@@ -149,11 +154,21 @@ class _Operator:
                 self._fire(timer, TimeDomain.PROCESSING_TIME)
 
     def end_of_input(self) -> None:
-        """The final watermark: every event-time timer fires; pending processing ones never do."""
+        """The final watermark: the event-time timers set so far fire, in timestamp order.
+
+        Pending processing-time timers never fire. Nor, here, does an
+        event-time timer set while the pass runs: PyFlink fires one only if a
+        bundle is still open when the pass ends, so a function cannot count on it.
+        """
         self.processing_timers.clear()
-        for timer in sorted(self.event_timers):
+        due, self.event_timers = sorted(self.event_timers), set()
+        last = None
+        for timer in due:
+            if timer[0] != last:
+                self.event_rounds.append([])
+                last = timer[0]
+            self.event_rounds[-1].append(timer[1])
             self._fire(timer, TimeDomain.EVENT_TIME)
-        self.event_timers.clear()
 
     def queued(self, key: str) -> int:
         return len(self.backend.values["queue"].get(key) or [])
@@ -213,7 +228,10 @@ def test_every_key_registers_the_end_of_input_timer_and_it_drains_the_queue() ->
     try:
         for n, key in itertools.product(range(4), ("a", "b", "c")):
             operator.element(key, _event(key, n))
-        assert operator.event_timers == {(END_OF_INPUT_MS, key) for key in ("a", "b", "c")}
+        # The rounds, a millisecond apart, then the drain, set with the events.
+        assert operator.event_timers == {
+            (END_OF_INPUT_MS - r, key) for key in ("a", "b", "c")
+            for r in range(END_OF_INPUT_ROUNDS + 1)}
         assert operator.processing_timers  # it asked to be called back
         operator.end_of_input()
     finally:
@@ -222,6 +240,49 @@ def test_every_key_registers_the_end_of_input_timer_and_it_drains_the_queue() ->
     for key in ("a", "b", "c"):
         assert [p["count"] for p in _payloads(operator.intents, key)] == [1, 2, 3, 4]
         assert operator.queued(key) == 0
+
+
+def test_the_end_of_input_runs_every_keys_next_event_at_once() -> None:
+    """The end-of-input rounds start each key's next event in the same round, so they overlap.
+
+    Drained key after key, each activation started at the end would wait for
+    the one before it, and no two would overlap.
+    """
+    agents.TIMED.clear()
+    operator = _Operator(AgentConfig(agent="tests.agents:steady"))
+    keys = [f"k{k}" for k in range(6)]
+    try:
+        for n, key in itertools.product(range(MAX_QUEUED_PER_KEY), keys):
+            operator.element(key, _event(key, n))  # no processing-time timer ever fires
+        operator.end_of_input()
+    finally:
+        operator.close()
+
+    for key in keys:
+        assert [p["seq"] for p in _payloads(operator.intents, key)] == [1, 2]
+        assert operator.queued(key) == 0
+    # Every key's second event started at the end, its first having run at once.
+    at_end = sorted((start, end) for _, seq, _, start, end in agents.TIMED if seq == 2)
+    assert len(at_end) == len(keys)
+    overlapping = max(sum(1 for s, e in at_end if s <= start < e) for start, _ in at_end)
+    assert overlapping > len(keys) // 2, at_end
+    # Every key's round, then every key's next, then the drain.
+    assert operator.event_rounds == [sorted(keys)] * (END_OF_INPUT_ROUNDS + 1)
+    assert operator.event_timers == set()  # nothing set for a pass that will not fire it
+
+
+def test_the_drain_after_the_rounds_runs_what_is_left() -> None:
+    """The drain timer alone (a key restored from before the rounds) runs its queue to the end."""
+    operator = _Operator(AgentConfig(agent="tests.agents:counter"))
+    try:
+        for n in range(MAX_QUEUED_PER_KEY):
+            operator.element("a", _event("a", n))
+        operator.event_timers = {(END_OF_INPUT_MS, "a")}
+        operator.end_of_input()
+    finally:
+        operator.close()
+    assert [p["count"] for p in _payloads(operator.intents, "a")] == [1, 2]
+    assert operator.event_rounds == [["a"]] and operator.queued("a") == 0
 
 
 def test_a_key_that_runs_ahead_holds_the_input() -> None:

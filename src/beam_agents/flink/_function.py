@@ -14,12 +14,24 @@ Two timers call the engine back for a key:
 * a **processing-time** timer at `Step.wake_at_ms` applies the key's
   finished activation and starts its next event, or retries a suspended one
   after its backoff;
-* an **event-time** timer at `END_OF_INPUT_MS` drains the key's queue when a
-  bounded input ends. A finished source emits the final watermark
-  (``Long.MAX_VALUE``) even under ``WatermarkStrategy.no_watermarks()``, which
-  fires these timers; processing-time timers still pending then never fire,
-  so without the drain a bounded job could end with events still queued
-  (invariant 8). On an unbounded input it never fires.
+* **event-time** timers run the key's queue to its end when a bounded input
+  ends. A finished source emits the final watermark (``Long.MAX_VALUE``) even
+  under ``WatermarkStrategy.no_watermarks()``, which fires these timers;
+  processing-time timers still pending then never fire, so without them a
+  bounded job could end with events still queued (invariant 8). On an
+  unbounded input they never fire.
+
+  They run in rounds (`KeyedEngine.settle`): `END_OF_INPUT_ROUNDS` timers a
+  millisecond apart, then the drain at `END_OF_INPUT_MS`. Flink fires timers
+  in timestamp order, so every key's round *r* runs before any key's round
+  *r + 1*: a round finishes the key's running activation and starts its next,
+  and the keys' last events run at once, where draining them key after key
+  paid one model latency per event left in the worker. The drain then runs
+  whatever is left (a retry's backoff, say). Every key's timers are set with
+  its events, not from a round: PyFlink re-advances the final watermark for
+  timers set while it fires only while a bundle is still open, and a pass
+  that ends on a bundle-size boundary leaves none open, so a timer set there
+  never fires.
 
 Checkpoints snapshot the queue with the rest of the key's state and its
 timers. An event is in the queue before its activation starts and leaves it
@@ -52,18 +64,28 @@ from beam_agents.runtime import (
     Step,
 )
 
-__all__ = ["END_OF_INPUT_MS", "ERRORS", "MAX_QUEUED_PER_KEY", "AgentKeyedProcessFunction"]
+__all__ = ["END_OF_INPUT_MS", "END_OF_INPUT_ROUNDS", "ERRORS", "MAX_QUEUED_PER_KEY",
+           "AgentKeyedProcessFunction"]
 
 #: The errors (dead-letter) side output: error records as canonical JSON lines.
 ERRORS = OutputTag("errors", Types.STRING())
 
-#: Event time of the drain timer: one below the final watermark (``Long.MAX_VALUE``),
-#: which a bounded source emits when it ends and an unbounded one never reaches.
+#: Event time of the end-of-input drain: one below the final watermark
+#: (``Long.MAX_VALUE``), which a bounded source emits when it ends and an
+#: unbounded one never reaches.
 END_OF_INPUT_MS = 2**63 - 2
 
 #: Events a key may hold queued, its running one included, before its next
 #: arrival holds the input (`AgentKeyedProcessFunction._hold`).
 MAX_QUEUED_PER_KEY = 2
+
+#: End-of-input rounds before the drain. Unless it is suspended, a key holds at
+#: most `MAX_QUEUED_PER_KEY` events when its input ends, and each round
+#: finishes one of them.
+END_OF_INPUT_ROUNDS = MAX_QUEUED_PER_KEY
+
+#: The event times of a key's end-of-input timers: the rounds, then the drain.
+_END_TIMERS = tuple(range(END_OF_INPUT_MS - END_OF_INPUT_ROUNDS, END_OF_INPUT_MS + 1))
 
 _HOLD_S = POLL_MS / 1000
 _BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
@@ -106,20 +128,27 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         """Queue the event in the key's state (durable first, invariant 8) and pump the key."""
         engine = self._started()
         key, timers = ctx.get_current_key(), ctx.timer_service()
-        timers.register_event_time_timer(END_OF_INPUT_MS)
+        for at in _END_TIMERS:  # one per key and time: Flink keeps a timer once
+            timers.register_event_time_timer(at)
         step = engine.offer(key, self._cells, bytes(value[1]), timers.current_processing_time())
         yield from self._emit(self._hold(key, step, timers), timers)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
-        """Pump the key (processing time), or drain it at the end of a bounded input (event time).
+        """Pump the key (processing time), or run a round of the end of the input (event time).
 
-        The drain blocks until the key's queue is empty; retries in it wait
-        out their backoff on the wall clock, the clock processing time reads.
+        A round blocks until the key's running activation finishes, then
+        starts its next; the drain, after the rounds, empties the queue.
+        Retries at the end wait out their backoff on the wall clock, the
+        clock processing time reads.
         """
         engine = self._started()
         timers = ctx.timer_service()
         if ctx.time_domain() == TimeDomain.EVENT_TIME:
-            step = engine.drain(ctx.get_current_key(), self._cells, clock_ms=wall_ms)
+            key = ctx.get_current_key()
+            if timestamp >= END_OF_INPUT_MS:
+                step = engine.drain(key, self._cells, clock_ms=wall_ms)
+            else:
+                step = engine.settle(key, self._cells, clock_ms=wall_ms)
         else:
             step = engine.pump(ctx.get_current_key(), self._cells,
                                timers.current_processing_time())
@@ -140,14 +169,14 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         """Backpressure: hold the element until `key` is at most `MAX_QUEUED_PER_KEY` ahead.
 
         Returning at once would let a bounded source be read to its end with
-        nearly every activation still queued; the end-of-input drain would
-        then run them one key at a time, with no checkpoint and no sink commit
-        until it ends. An unbounded source would pile events into state as
-        fast as it is read. So the element waits on the runtime while the key
-        has more events queued than the bound (its running one included), or
-        while its next event cannot start for want of a free slot. It never
-        waits out a suspended key's backoff: that key's later events wait, the
-        other keys go on (invariant 10).
+        nearly every activation still queued, to run in the end-of-input
+        rounds with no checkpoint and no sink commit until they end. An
+        unbounded source would pile events into state as fast as it is read.
+        So the element waits on the runtime while the key has more events
+        queued than the bound (its running one included), or while its next
+        event cannot start for want of a free slot. It never waits out a
+        suspended key's backoff: that key's later events wait, the other keys
+        go on (invariant 10).
         """
         engine, cells = self._started(), self._cells
         lines = list(step.lines)

@@ -233,7 +233,7 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     source = FileSource.for_record_stream_format(
         StreamFormat.text_line_format(FILE_CHARSET), *options.input_files).build()
     # No watermarks while reading; the finished file still emits the final one,
-    # which fires the activation's end-of-input drain (see AgentKeyedProcessFunction).
+    # which fires the end-of-input rounds (see AgentKeyedProcessFunction).
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
     intents, errors = agent_stream(lines, config, charset="latin-1")
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")

@@ -25,6 +25,7 @@ Pure: no runner and no clock of its own; hosts pass their processing time.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -181,6 +182,33 @@ class KeyedEngine:
         the outcome is dropped; the queue still holds what must run.
         """
         return (cells.state.seq.read() or 0) == running.base_seq and running.event in queued
+
+    def settle(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
+        """One round of the end of a bounded input: finish the running activation, start the next.
+
+        `drain`, run key after key, waits out each key's remaining events one
+        model call at a time, while every other key's next event waits for its
+        own turn. A host that calls this for every key, round after round,
+        instead waits on one key only for as long as its running activation
+        takes; by then the others have finished theirs too, and each round
+        starts every key's next event at once. So the end of the input takes
+        about one model latency per event left on the longest queue, not one
+        per event left in the whole worker.
+
+        Returns with the key's next activation running (`Step.wake_at_ms`
+        set: settle it again in the next round), or with the queue empty
+        (None). A key whose next event cannot start now (a retry's backoff,
+        a full runtime) is drained where it stands, so every round makes
+        progress.
+        """
+        running = self._scheduler.running(key)
+        if running is not None:
+            concurrent.futures.wait([running.future])  # then `now` is when it finished
+        step = self.pump(key, cells, clock_ms())
+        if step.wake_at_ms is None or self._scheduler.running(key) is not None:
+            return step
+        rest = self.drain(key, cells, clock_ms=clock_ms)
+        return Step(step.lines + rest.lines, rest.wake_at_ms)
 
     def drain(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
         """Run the key's queue to the end, blocking: the end of a bounded input.
