@@ -25,8 +25,8 @@ difference in wall time; its CPU per activation is likewise the difference
 in process CPU time (for Flink: of the job's interpreter, JVM and Python
 workers) over the difference in events, and the cores it kept busy are
 the CPU difference over the wall difference. A bounded Flink job also ends
-with a tail of seconds that depends on what each key still holds when the
-input ends (see the note), which two sizes do not cancel, so its rate is
+with a tail that depends on what each key still holds when the input ends
+(see the note), which two sizes do not cancel, so its rate is
 taken from the job's own commits instead: the sink commits a part file on
 every checkpoint, and the lines of all but the first and the last part,
 over the time from the first commit to the one before the last, are the
@@ -203,11 +203,12 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                      "the large size")
             if "small" in gaps:
                 text += f" and {gaps['small']['median']:.1f} s at the small one"
-            text += (": the end-of-input timer drains the keys one after the other, each "
-                     "waiting out its last activations while the other keys' cannot start "
-                     f"({KEYS} keys x {LATENCY_MS} ms for each event a key still holds). The "
-                     "rate from the two sizes counts that tail wherever it differs between "
-                     "them: "
+            text += (": the end-of-input timers run the keys' queues out in rounds, each "
+                     "round starting every key's next event at once, so the tail is about "
+                     f"{LATENCY_MS} ms for each event the longest queue still holds (drained "
+                     f"key after key it was {KEYS} keys x {LATENCY_MS} ms per event left). "
+                     "The rate from the two sizes counts that tail wherever it differs "
+                     "between them: "
                      f"{flink['two_size_events_per_s']['median']:.0f} events/s "
                      f"[{flink['two_size_events_per_s']['min']:.0f}-"
                      f"{flink['two_size_events_per_s']['max']:.0f}] for the whole job. ")
