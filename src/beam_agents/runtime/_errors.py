@@ -38,9 +38,6 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
     ((JournalUnavailable, JournalCorruptError), ErrorRecord.STAGE_JOURNAL),
-    # A tenant boundary crossed is never a store failure, wherever it is
-    # caught (invariant 7): it comes before the store stages.
-    (ScopeViolation, ErrorRecord.STAGE_SCOPE_VIOLATION),
     # A save that a backend's limits refuse is refused where it stages, before
     # the commit tail; it belongs to the flush it could never be part of.
     (StoreLimitError, ErrorRecord.STAGE_LONGTERM_FLUSH),
@@ -54,6 +51,8 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
 def stage_of(exc: BaseException, *, flushing: bool = False) -> int:
     """The pipeline stage an exception belongs to; the dead-letter topic is triaged by it."""
     if isinstance(exc, ScopeViolation):
+        # A tenant boundary crossed is never a store failure, wherever it is
+        # caught, the flush included (invariant 7).
         return ErrorRecord.STAGE_SCOPE_VIOLATION
     if flushing:
         return ErrorRecord.STAGE_LONGTERM_FLUSH
