@@ -43,6 +43,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.memory import LruCompactor
 from beam_agents.metrics import MetricsSink
 from beam_agents.model import ModelConfig, ModelProvider
+from beam_agents.model._config import KEY_SOURCES
 from beam_agents.model.providers import build_provider
 from beam_agents.runtime import ActivationRuntime, AgentConfig, RetryPolicy
 from beam_agents.stores import longterm_config_from_mapping
@@ -76,9 +77,6 @@ _MODEL_FLAGS = (
      "--model_api_key_secret instead of Google's: https://... (Private Service Connect, "
      "regional; default credentials) or http://... (a local peer; no credentials sent)."),
 )
-#: ModelConfig fields that say where the API key comes from; a flag naming one
-#: replaces whichever the --agent_config file names.
-_KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
 #: flag, long-term store config field, help
 _STORE_FLAGS = (
     ("sqlite_path", "path", "SQLite database file (sqlite backend)."),
@@ -362,8 +360,9 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
     if given("model_provider") is not None:
         model["provider"] = given("model_provider")
     flagged = {key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None}
-    if any(source in flagged for source in _KEY_SOURCES):
-        for source in _KEY_SOURCES:
+    if any(source in flagged for source in KEY_SOURCES):
+        # A flag naming where the key lives replaces whichever the file names.
+        for source in KEY_SOURCES:
             model.pop(source, None)
     model.update(flagged)
     if given("model_latency_ms") is not None:
