@@ -119,7 +119,7 @@ class FlinkJobOptions:
 
 
 #: The file source decodes lines as ISO-8859-1, which maps each byte to one
-#: char, so ``str.encode("latin-1")`` gives back the file's exact bytes: a line
+#: char, so ``str.encode(FILE_CHARSET)`` gives back the file's exact bytes: a line
 #: that is not UTF-8 reaches the decoder as it is and becomes a DECODE record
 #: (invariant 8) instead of being mangled by a UTF-8 reader's replacement chars.
 FILE_CHARSET = "ISO-8859-1"
@@ -130,7 +130,7 @@ class DecodeEvents(ProcessFunction):
 
     The same decode step, size limit and counters as the Beam pipeline's
     (`InputDecoder`). `charset` says how the source turned bytes into the
-    line: ``"latin-1"`` for this job's file source (lossless), ``"utf-8"`` for
+    line: `FILE_CHARSET` for this job's file source (lossless), ``"utf-8"`` for
     a source that already decoded UTF-8 text.
     """
 
@@ -235,7 +235,7 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     # No watermarks while reading; the finished file still emits the final one,
     # which fires the end-of-input rounds (see AgentKeyedProcessFunction).
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
-    intents, errors = agent_stream(lines, config, charset="latin-1")
+    intents, errors = agent_stream(lines, config, charset=FILE_CHARSET)
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")
     errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors")
     return intents, errors
