@@ -50,6 +50,15 @@ def _flags(*argv: str) -> dict[str, object]:
     return vars(parser.parse_args(argv))
 
 
+def _config_file_with_key(directory: Path, key: str) -> Path:
+    """An --agent_config file that writes the API key itself into the model's config."""
+    path = directory / "agent.json"
+    path.write_text(json.dumps({"agent": "tests.agents:ask",
+                                "model": {"provider": "openai", "model_id": "m",
+                                          "api_key": key}}))
+    return path
+
+
 def _openai(url: str, **model: str) -> AgentConfig:
     return AgentConfig(agent="tests.agents:ask", model=ModelConfig(
         provider="openai", model_id="m", base_url=url, **model))
@@ -183,10 +192,7 @@ def test_gemini_takes_its_key_from_a_secret_or_the_environment_but_not_with_vert
 
 def test_the_key_flags_hold_names_and_replace_a_key_in_the_config_file(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str) -> None:
-    path = tmp_path / "agent.json"
-    path.write_text(json.dumps({"agent": "tests.agents:ask",
-                                "model": {"provider": "openai", "model_id": "m",
-                                          "api_key": key}}))
+    path = _config_file_with_key(tmp_path, key)
     with caplog.at_level(logging.DEBUG):
         by_secret = agent_config_from_flags(_flags(
             "--agent_config", str(path), "--model_api_key_secret", SECRET,
@@ -202,10 +208,7 @@ def test_the_key_flags_hold_names_and_replace_a_key_in_the_config_file(
 
 def test_a_key_in_the_config_file_works_but_warns_once_naming_the_safe_flags(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str) -> None:
-    path = tmp_path / "agent.json"
-    path.write_text(json.dumps({"agent": "tests.agents:ask",
-                                "model": {"provider": "openai", "model_id": "m",
-                                          "api_key": key}}))
+    path = _config_file_with_key(tmp_path, key)
     with caplog.at_level(logging.DEBUG):
         config = agent_config_from_flags(_flags("--agent_config", str(path)))
     assert config.model.api_key == key
