@@ -20,6 +20,12 @@ __all__ = ["LocalServer", "chat_completion", "send_json", "serving"]
 Handle = Callable[[BaseHTTPRequestHandler, bytes], None]
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: 64 workers connecting at once
+    # would see resets before a handler thread ever ran.
+    request_queue_size = 1024
+
+
 class LocalServer:
     """Serves GET and POST through `handle` on ``127.0.0.1``, in daemon threads, as a context.
 
@@ -46,7 +52,7 @@ class LocalServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_class or Handler)
+        self._httpd = _Server(("127.0.0.1", 0), handler_class or Handler)
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever,

@@ -20,8 +20,11 @@ split by who has to act on it::
     │   ├── JournalUnavailable        the call journal is unreachable or failing; retriable
     │   └── JournalCorruptError       a stored journal row does not decode; names the key
     ├── ModelError                    the model provider
-    │   ├── ProviderUnavailable       429, 5xx, timeout, open breaker; retriable
+    │   ├── ProviderUnavailable       5xx, timeout, open breaker; retriable
+    │   │   ├── RateLimitedError      a 429: flow control, never a failure (invariant 11)
+    │   │   └── QuotaExhaustedError   the account's quota is used up (a daily or billing limit)
     │   └── ProviderRejected          other 4xx; not retriable
+    ├── BudgetExceededError           the agent: an entity spent its token budget (invariant 12)
     └── ActivationTimeoutError        the agent ran past AgentConfig.timeout_ms
 
 `MemoryOverflow`, `ScopeViolation` and `MemoryUnavailable` keep the names the
@@ -36,6 +39,7 @@ from __future__ import annotations
 __all__ = [
     "ActivationTimeoutError",
     "BeamAgentsError",
+    "BudgetExceededError",
     "ConfigError",
     "EventDecodeError",
     "IntentTooLargeError",
@@ -47,6 +51,8 @@ __all__ = [
     "ModelError",
     "ProviderRejected",
     "ProviderUnavailable",
+    "QuotaExhaustedError",
+    "RateLimitedError",
     "RingCorruptError",
     "ScopeViolation",
     "StateCorruptError",
@@ -200,8 +206,69 @@ class ProviderUnavailable(ModelError):
     retriable = True
 
 
+class RateLimitedError(ProviderUnavailable):
+    """The provider answered 429: slow down, and send nothing before `retry_after_s`.
+
+    Flow control, not failure (invariant 11): it never counts toward the
+    circuit breaker, and the model facade waits for admission and asks again
+    instead of failing the activation.
+
+    Attributes:
+        retry_after_s: How long the provider asked the whole account to wait
+            (``Retry-After``, ``retry-after-ms``, Gemini's ``RetryInfo``), or
+            None when it did not say.
+    """
+
+    def __init__(self, message: str, *, model_id: str | None = None,
+                 status: int | None = 429, retry_after_s: float | None = None) -> None:
+        super().__init__(message, model_id=model_id, status=status)
+        self.retry_after_s = retry_after_s
+
+
+class QuotaExhaustedError(ProviderUnavailable):
+    """The account's quota is used up (``insufficient_quota``, a daily limit); not a rate limit.
+
+    Waiting seconds does not help, so the activation suspends with the long
+    backoff and the worker sends one probe per backoff period instead of a
+    retry storm (invariant 11). Raised by providers, and by the admission
+    gate itself, without calling the provider, while the quota is known to be
+    out (`probe_in_s` says when the next probe may go).
+    """
+
+    def __init__(self, message: str, *, model_id: str | None = None,
+                 status: int | None = 429, probe_in_s: float | None = None) -> None:
+        super().__init__(message, model_id=model_id, status=status)
+        self.probe_in_s = probe_in_s
+
+
 class ProviderRejected(ModelError):
     """The provider refused the request itself (a 4xx other than 429); not retriable."""
+
+
+class BudgetExceededError(BeamAgentsError):
+    """An entity's paid tokens would pass ``--max_tokens_per_entity`` in its window (stage BUDGET).
+
+    Not retriable: redriving the same event in the same window spends the same
+    tokens. Nothing more is paid for the entity until its window resets; other
+    entities are unaffected.
+    """
+
+    def __init__(self, *, entity_key: bytes, tokens_used: int, tokens_wanted: int,
+                 max_tokens: int, window_start_ms: int, window_ms: int) -> None:
+        who = entity_key.decode("utf-8", "backslashreplace")
+        over = (f"a call estimated at {tokens_wanted} more would pass it" if tokens_wanted
+                else "the last call passed it")
+        super().__init__(
+            f"entity {who!r} has paid for {tokens_used} tokens of its {max_tokens}-token budget "
+            f"in the window from event time {window_start_ms} ms ({window_ms} ms long); "
+            f"{over}, so nothing more is paid for it until "
+            f"{window_start_ms + window_ms} ms. Redrive the dead letter then, or raise "
+            "--max_tokens_per_entity.")
+        self.entity_key = entity_key
+        self.tokens_used = tokens_used
+        self.tokens_wanted = tokens_wanted
+        self.max_tokens = max_tokens
+        self.window_start_ms = window_start_ms
 
 
 class ActivationTimeoutError(BeamAgentsError):

@@ -25,6 +25,8 @@ PUBLIC = {
         "JournalWrite", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message", "ModelConfig", "ModelFacade",
         "ModelProvider", "ModelRequest", "ModelResponse", "ReplayCache", "TTL_MS", "ToolCall",
         "compute_cache_key",
+        # Flow control and cost (invariants 11 and 12).
+        "ProviderAdmission", "RateLimits", "TokenBudget", "WaitLedger", "estimate_tokens",
     ],
     "beam_agents.model.providers": [
         "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
@@ -55,6 +57,7 @@ PUBLIC = {
         "MemoryOverflow", "MemoryUnavailable", "ModelError", "ProviderRejected",
         "ProviderUnavailable", "RingCorruptError", "ScopeViolation", "StateCorruptError",
         "StateError", "StoreError", "StoreLimitError", "UnsupportedSchemaVersionError",
+        "BudgetExceededError", "QuotaExhaustedError", "RateLimitedError",
     ],
     "beam_agents.metrics": ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"],
     "beam_agents.stores": [

@@ -44,8 +44,10 @@ def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelP
         if config.script_path is not None:
             return LocalModel.from_script_file(config.script_path, model_id=config.model_id,
                                                latency_ms=config.latency_ms,
-                                               outage=_outage(config))
-        return LocalModel(config.model_id, latency_ms=config.latency_ms, outage=_outage(config))
+                                               outage=_outage(config),
+                                               quota_rps=config.quota_rps)
+        return LocalModel(config.model_id, latency_ms=config.latency_ms, outage=_outage(config),
+                          quota_rps=config.quota_rps)
     if config.provider == "openai":
         # Lazy imports keep httpx / google-genai unloaded until a backend is built.
         from beam_agents.model.providers.openai_compat import (  # noqa: PLC0415

@@ -17,7 +17,11 @@ Translation at the boundary:
   ``"max_tokens"``, ``"safety"``), usage under the OpenAI names
   (``prompt_tokens``, ``completion_tokens``, ``total_tokens``).
 
-Errors: `google.genai.errors.APIError` with 408, 429 or 5xx, timeouts and
+Errors: a 429 (``RESOURCE_EXHAUSTED``) raises `RateLimitedError` with the
+``retryDelay`` of its ``google.rpc.RetryInfo`` (or a ``Retry-After``), unless
+its ``google.rpc.QuotaFailure`` names a per-day quota, which raises
+`QuotaExhaustedError`: a daily limit is not a rate (invariant 11).
+`google.genai.errors.APIError` with 408 or 5xx, timeouts and
 transport errors raise `ProviderUnavailable`; other 4xx, a blocked prompt,
 missing credentials and request values the SDK refuses raise
 `ProviderRejected`. SDK retries are off (``HttpRetryOptions(attempts=1)``,
@@ -37,9 +41,20 @@ from google.auth import exceptions as auth_errors
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
+from beam_agents.errors import (
+    ModelError,
+    ProviderRejected,
+    ProviderUnavailable,
+    QuotaExhaustedError,
+    RateLimitedError,
+)
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
 from beam_agents.model.providers._loop_clients import LoopClients
+from beam_agents.model.providers._rate_limits import (
+    quota_failure_ids,
+    retry_after_s,
+    retry_info_delay_s,
+)
 
 __all__ = ["GeminiProvider", "build_config", "build_contents", "translate_error",
            "translate_response"]
@@ -174,7 +189,9 @@ def translate_error(exc: Exception, model_id: str) -> ModelError:
     if isinstance(exc, genai_errors.APIError):
         code = exc.code
         text = f"{model_id} answered {code} {exc.status or ''}: {exc.message or exc}"
-        if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
+        if code == 429 or exc.status == "RESOURCE_EXHAUSTED":
+            return _resource_exhausted(exc, model_id, text)
+        if isinstance(code, int) and 400 <= code < 500 and code != 408:
             return ProviderRejected(text, model_id=model_id, status=code)
         return ProviderUnavailable(text + " (retriable)", model_id=model_id,
                                    status=code if isinstance(code, int) else None)
@@ -193,6 +210,22 @@ def translate_error(exc: Exception, model_id: str) -> ModelError:
                                 model_id=model_id)
     return ProviderUnavailable(f"unexpected {type(exc).__name__} calling {model_id}: {exc}",
                                model_id=model_id)
+
+
+def _resource_exhausted(exc: genai_errors.APIError, model_id: str, text: str) -> ModelError:
+    """A 429: a rate limit with its RetryInfo, or a per-day quota used up."""
+    daily = [quota for quota in quota_failure_ids(exc.details) if "PerDay" in quota]
+    if daily:
+        return QuotaExhaustedError(f"{text} (the daily quota {daily[0]} is used up)",
+                                   model_id=model_id)
+    wait = retry_info_delay_s(exc.details)
+    headers = getattr(exc.response, "headers", None)
+    if wait is None and headers is not None:
+        try:
+            wait = retry_after_s(headers)
+        except AttributeError:  # a response whose headers are not a mapping
+            wait = None
+    return RateLimitedError(text, model_id=model_id, retry_after_s=wait)
 
 
 class GeminiProvider:

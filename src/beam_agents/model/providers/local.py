@@ -23,6 +23,14 @@ that does not start with ``#`` is one JSON object::
   tool calls, else ``"stop"``.
 
 A malformed line raises `ConfigError` naming the file and the line number.
+
+A simulated quota
+-----------------
+With ``quota_rps`` (``--model_quota``) the model behaves like an API behind an
+account quota: past that many requests per second (a bucket of one second's
+worth) it answers at once with `RateLimitedError` and a ``Retry-After`` of one
+second, as an HTTP server's 429 would, so demos and tests can show flow
+control without a server.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from beam_agents.errors import ConfigError, ProviderUnavailable
+from aiolimiter import AsyncLimiter
+
+from beam_agents.errors import ConfigError, ProviderUnavailable, RateLimitedError
 from beam_agents.model._types import Message, ModelRequest, ModelResponse, ToolCall
 
 __all__ = ["LocalModel", "ScriptedReply", "load_script", "template_reply"]
@@ -181,24 +191,33 @@ class LocalModel:
         latency_ms: Artificial latency per call, for benchmarks.
         outage: Call numbers (from 1) that fail with `ProviderUnavailable`
             after the latency, as during a provider's transient outage.
+        quota_rps: A simulated account quota, requests per second; past it a
+            call is refused at once with `RateLimitedError` (Retry-After 1 s).
         sleep: Awaitable sleep used for the latency; injectable for tests.
+
+    Attributes:
+        rate_limited: Calls the simulated quota refused.
     """
 
     def __init__(self, model_id: str = "local", *, script: Sequence[ScriptedReply] = (),
-                 latency_ms: int = 0, outage: range = range(0),
+                 latency_ms: int = 0, outage: range = range(0), quota_rps: float | None = None,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
         self.model_id = model_id
         self._script = tuple(script)
         self._latency_ms = latency_ms
         self._outage = outage
+        self._quota = (AsyncLimiter(max(1.0, quota_rps), max(1.0, quota_rps) / quota_rps)
+                       if quota_rps is not None else None)
         self._calls = 0
         self._sleep = sleep
+        self.rate_limited = 0
 
     @classmethod
-    def from_script_file(cls, path: str, *, model_id: str = "local",
-                         latency_ms: int = 0, outage: range = range(0)) -> LocalModel:
+    def from_script_file(cls, path: str, *, model_id: str = "local", latency_ms: int = 0,
+                         outage: range = range(0), quota_rps: float | None = None) -> LocalModel:
         """Build a LocalModel replaying the JSONL script at `path`."""
-        return cls(model_id, script=load_script(path), latency_ms=latency_ms, outage=outage)
+        return cls(model_id, script=load_script(path), latency_ms=latency_ms, outage=outage,
+                   quota_rps=quota_rps)
 
     def reply(self, request: ModelRequest) -> ModelResponse:
         """Return the response for `request` without any latency."""
@@ -214,8 +233,16 @@ class LocalModel:
         """Answer after the configured latency; raises only inside a simulated outage.
 
         Raises:
+            RateLimitedError: The simulated quota is used up for now.
             ProviderUnavailable: This call's number is in the configured outage.
         """
+        if self._quota is not None:
+            if not self._quota.has_capacity(1):
+                self.rate_limited += 1
+                raise RateLimitedError(f"simulated quota: {self.model_id} answered 429, over its "
+                                       "quota of requests per second (Retry-After: 1)",
+                                       model_id=self.model_id, retry_after_s=1.0)
+            await self._quota.acquire(1)
         self._calls += 1
         call = self._calls
         if self._latency_ms:

@@ -2,7 +2,11 @@
 
 Error mapping (the `ModelProvider` contract):
 
-* 408, 429 and 5xx, timeouts and transport errors (refused connection, reset,
+* 429 raises `RateLimitedError` with the wait the server asked for
+  (``retry-after-ms``, or ``Retry-After`` in seconds or as an HTTP date),
+  except an ``insufficient_quota`` one (a billing or daily limit, not a rate),
+  which raises `QuotaExhaustedError`. Both are flow control (invariant 11).
+* 408 and 5xx, timeouts and transport errors (refused connection, reset,
   broken protocol) raise `ProviderUnavailable` (retriable).
 * Any other non-2xx status raises `ProviderRejected`: the request itself, the
   key or the base_url is wrong, and retrying will not help.
@@ -16,6 +20,9 @@ Error mapping (the `ModelProvider` contract):
 httpx never retries by default; the transport is still built with
 ``retries=0`` to make that explicit, since the runtime owns retries.
 
+A success carries the ``x-ratelimit-remaining-*`` / ``x-ratelimit-reset-*``
+headers, where the server sends them, as `ModelResponse.limits`.
+
 Error messages quote up to 300 characters of the reply body, with the API
 key cut out first: a gateway that echoes the request's ``Authorization``
 header back in its 401 page must not put the key into a dead letter.
@@ -23,19 +30,29 @@ header back in its 401 page must not put the key into a dead letter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
+from beam_agents.errors import (
+    ModelError,
+    ProviderRejected,
+    ProviderUnavailable,
+    QuotaExhaustedError,
+    RateLimitedError,
+)
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
 from beam_agents.model.providers._loop_clients import LoopClients
+from beam_agents.model.providers._rate_limits import rate_limits, retry_after_s
 
 __all__ = ["OpenAICompatibleProvider"]
 
-_RETRIABLE_STATUSES = frozenset({408, 429})
+_RETRIABLE_STATUSES = frozenset({408})
+#: The error codes of a 429 that says the account is out of quota, not over a rate.
+_QUOTA_CODES = frozenset({"insufficient_quota"})
 _BODY_SNIPPET_CHARS = 300
 
 
@@ -112,7 +129,9 @@ class OpenAICompatibleProvider:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise self._malformed(f"body is not JSON: {self._snippet(reply)!r}",
                                   reply.status_code) from exc
-        return self.parse_completion(doc)
+        response = self.parse_completion(doc)
+        limits = rate_limits(reply.headers)
+        return response if limits is None else dataclasses.replace(response, limits=limits)
 
     def parse_completion(self, doc: object) -> ModelResponse:
         """Translate a chat completions JSON document into a `ModelResponse`.
@@ -155,6 +174,15 @@ class OpenAICompatibleProvider:
     def _status_error(self, reply: httpx.Response) -> ModelError:
         status = reply.status_code
         snippet = self._snippet(reply)
+        if status == 429:
+            if _error_code(reply) in _QUOTA_CODES:
+                return QuotaExhaustedError(
+                    f"{self.model_id} at {self._url} answered 429: the account's quota is "
+                    f"used up: {snippet}", model_id=self.model_id)
+            wait = retry_after_s(reply.headers)
+            asked = "no wait given" if wait is None else f"retry after {wait:g}s"
+            return RateLimitedError(f"{self.model_id} at {self._url} answered 429 ({asked}): "
+                                    f"{snippet}", model_id=self.model_id, retry_after_s=wait)
         if status in _RETRIABLE_STATUSES or status >= 500:
             return ProviderUnavailable(
                 f"{self.model_id} at {self._url} answered HTTP {status} (retriable): {snippet}",
@@ -178,3 +206,19 @@ class OpenAICompatibleProvider:
     async def aclose(self) -> None:
         """Close the running loop's client and forget the others; safe to call twice."""
         await self._clients.aclose()
+
+
+def _error_code(reply: httpx.Response) -> str | None:
+    """``error.code`` (or ``error.type``) of an OpenAI error body, if it has one."""
+    try:
+        error = reply.json().get("error")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return None
+    if not isinstance(error, Mapping):
+        return None
+    for name in ("code", "type"):
+        value = error.get(name)
+        if isinstance(value, str) and value in _QUOTA_CODES:
+            return value
+    code = error.get("code")
+    return code if isinstance(code, str) else None

@@ -14,7 +14,7 @@ from google.auth import exceptions as auth_errors
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from beam_agents.errors import ProviderRejected, ProviderUnavailable
+from beam_agents.errors import ProviderRejected, ProviderUnavailable, RateLimitedError
 from beam_agents.model._config import ModelConfig
 from beam_agents.model._types import ModelRequest, ToolCall
 from beam_agents.model.providers import build_provider
@@ -116,7 +116,7 @@ def test_a_blocked_prompt_is_rejected_and_an_empty_answer_is_unavailable() -> No
 
 @pytest.mark.parametrize(("exc", "expected", "status"), [
     (genai_errors.ClientError(429, {"error": {"message": "quota", "status": "RESOURCE_EXHAUSTED"}}),
-     ProviderUnavailable, 429),
+     RateLimitedError, 429),
     (genai_errors.ServerError(503, {"error": {"message": "down"}}), ProviderUnavailable, 503),
     (genai_errors.ServerError(500, {"error": {"message": "oops"}}), ProviderUnavailable, 500),
     (genai_errors.ClientError(408, {"error": {"message": "slow"}}), ProviderUnavailable, 408),

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from beam_agents.errors import ProviderRejected, ProviderUnavailable
+from beam_agents.errors import ProviderRejected, ProviderUnavailable, RateLimitedError
 from beam_agents.model._config import ModelConfig
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._types import ModelRequest, ToolCall
@@ -144,7 +144,7 @@ def test_tool_calls_are_parsed(server: FakeServer) -> None:
 
 
 @pytest.mark.parametrize(("status", "error"), [
-    (429, ProviderUnavailable), (500, ProviderUnavailable), (503, ProviderUnavailable),
+    (429, RateLimitedError), (500, ProviderUnavailable), (503, ProviderUnavailable),
     (408, ProviderUnavailable), (400, ProviderRejected), (401, ProviderRejected),
     (404, ProviderRejected),
 ])
