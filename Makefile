@@ -16,7 +16,8 @@ $(VENV)/.installed: pyproject.toml setup.py
 # The Beam-latest line (what Dataflow runs), without Flink.
 $(LATEST)/.installed: pyproject.toml setup.py
 	test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
-	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100'
+	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100' \
+	    'looptime>=0.9'
 	touch $@
 
 # checkov pins dependencies that clash with apache-beam, so it gets its own env.
@@ -43,9 +44,10 @@ protos: $(VENV)/.installed
 	$(VENV)/bin/python tools/gen_protos.py
 
 # The main job: the example support agent over examples/events.jsonl on the
-# DirectRunner with the local model, which takes 100 ms a call and answers 503
-# to four calls (a transient outage the engine rides out); intents and dead
-# letters land in out/.
+# DirectRunner with the local model, which takes 100 ms a call, answers 503
+# to four calls (a transient outage the engine rides out) and enforces a quota
+# of 60 requests/s (429 + Retry-After, which admission learns to stay under);
+# the summary prices the tokens paid. Intents and dead letters land in out/.
 demo: $(VENV)/.installed
 	rm -rf out
 	$(VENV)/bin/python -m beam_agents run \
@@ -53,7 +55,8 @@ demo: $(VENV)/.installed
 	    --output_path out/intents.jsonl \
 	    --errors_path out/errors.jsonl \
 	    --agent examples.support_agent:agent \
-	    --model_latency_ms 100 --model_outage 40:4 \
+	    --model_latency_ms 100 --model_outage 40:4 --model_quota 60 \
+	    --model_price_in_per_mtok 0.15 --model_price_out_per_mtok 0.60 \
 	    --call_journal sqlite --call_journal_path out/calls.sqlite \
 	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"

@@ -174,3 +174,18 @@ async def ask_size(ctx: AgentContext) -> None:
     """Asks the model once and emits only the answer's length (large-response tests)."""
     reply = await ctx.model.acomplete([{"role": "user", "content": ctx.payload.decode()}])
     ctx.emit("size", {"chars": len(reply.text)})
+
+
+async def spender(ctx: AgentContext) -> None:
+    """Asks the model as many times as the payload says (``"3"``), each turn a new question.
+
+    An agent that loops on the model, for the token budget tests; ``max_tokens``
+    is set so that each call's estimate is known. A payload that is not a
+    number asks nothing, so a key can run without the model.
+    """
+    text = ctx.payload.decode()
+    turns = int(text) if text.isdigit() else 0
+    answers = [(await ctx.model.acomplete(
+        [{"role": "user", "content": f"{ctx.entity_key.decode()} turn {turn}"}],
+        max_tokens=10)).text for turn in range(turns)]
+    ctx.emit("spent", {"turns": turns, "answers": answers})

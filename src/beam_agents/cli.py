@@ -30,6 +30,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from beam_agents.errors import BeamAgentsError, EventDecodeError
+from beam_agents.model import ModelConfig
 from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
 
 __all__ = ["main", "redrivable", "redrive_lines"]
@@ -37,6 +38,7 @@ __all__ = ["main", "redrivable", "redrive_lines"]
 SUMMARY_COUNTERS = (
     ("events read", "beam_agents.runtime", "events"),
     ("activations committed", "beam_agents.runtime", "committed"),
+    ("model calls paid", "beam_agents.model", "paid_calls"),
     ("model calls failed", "beam_agents.model", "provider_errors"),
     ("model calls replayed", "beam_agents.model", "cache_hits"),
     ("replayed from journal", "beam_agents.model", "journal_hits"),
@@ -129,7 +131,11 @@ def _run(argv: list[str]) -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     from apache_beam.options.pipeline_options import PipelineOptions  # noqa: PLC0415
 
-    from beam_agents.beam import AgentPipelineOptions, run  # noqa: PLC0415
+    from beam_agents.beam import (  # noqa: PLC0415
+        AgentPipelineOptions,
+        agent_config_from_options,
+        run,
+    )
 
     if any(flag in argv for flag in ("-h", "--help")):
         parser = argparse.ArgumentParser(prog="beam-agents run",
@@ -141,6 +147,7 @@ def _run(argv: list[str]) -> int:
         return 0
     sys.path.insert(0, os.getcwd())  # agents in the working tree, like `python -m`
     opts = PipelineOptions(argv).view_as(AgentPipelineOptions)
+    model = agent_config_from_options(opts).model  # fails here, before the run, if it is bad
     for path in (opts.output_path, opts.errors_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -156,11 +163,11 @@ def _run(argv: list[str]) -> int:
     result = run(argv, progress_every=100)
     elapsed_s = time.monotonic() - started
     print(file=sys.stderr)
-    _summarize(result, elapsed_s)
+    _summarize(result, elapsed_s, model)
     return 0
 
 
-def _summarize(result: object, elapsed_s: float) -> None:
+def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
     from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
 
     counters: Counter[tuple[str, str]] = Counter()
@@ -173,14 +180,10 @@ def _summarize(result: object, elapsed_s: float) -> None:
         if item.committed is not None:
             peaks[key] = max(peaks.get(key, 0), item.committed.max)
     events = counters[("beam_agents.runtime", "events")]
-    paid = counters[("beam_agents.model", "provider_calls")] - counters[
-        ("beam_agents.model", "provider_errors")]
     print("summary")
-    for label, namespace, name in SUMMARY_COUNTERS[:2]:
+    for label, namespace, name in SUMMARY_COUNTERS:
         print(f"  {label:<28}{counters[(namespace, name)]:>8}")
-    print(f"  {'model calls paid':<28}{paid:>8}")
-    for label, namespace, name in SUMMARY_COUNTERS[2:]:
-        print(f"  {label:<28}{counters[(namespace, name)]:>8}")
+    _summarize_flow(counters, model)
     print(f"  {'peak activations in flight':<28}"
           f"{peaks.get(('beam_agents.runtime', 'in_flight_peak'), 0):>8}")
     print(f"  {'events/s':<28}{events / max(elapsed_s, 1e-9):>8.1f}   ({elapsed_s:.1f} s in all)")
@@ -198,6 +201,26 @@ def _summarize(result: object, elapsed_s: float) -> None:
     elif exhausted:
         print(f"  {exhausted} event(s) were dead-lettered after their last retry "
               "(retriable: true); redrive them once the provider is back")
+
+
+def _summarize_flow(counters: Counter[tuple[str, str]], model: ModelConfig) -> None:
+    """Tokens paid and replayed, the spend, and how the provider's quota shaped the run."""
+    def count(namespace: str, name: str) -> int:
+        return counters[(f"beam_agents.{namespace}", name)]
+
+    tokens_in, tokens_out = count("model", "tokens_in"), count("model", "tokens_out")
+    print(f"  {'tokens paid (in / out)':<28}{tokens_in:>8} / {tokens_out}")
+    print(f"  {'tokens replayed':<28}{count('model', 'tokens_replayed'):>8}")
+    if model.price_in_per_mtok is not None or model.price_out_per_mtok is not None:
+        price_in, price_out = model.price_in_per_mtok or 0.0, model.price_out_per_mtok or 0.0
+        spend = (tokens_in * price_in + tokens_out * price_out) / 1e6
+        print(f"  {'estimated spend':<28}{spend:>8.4f}   (at {price_in:g} / {price_out:g} per "
+              "million tokens in / out; replayed tokens cost nothing)")
+    waited_s = count("runtime", "throttled_ms") / 1000
+    print(f"  {'throttled activations':<28}{count('runtime', 'throttled'):>8}   "
+          f"(waited {waited_s:.1f} s in all for the provider's capacity)")
+    print(f"  {'rate limited (429)':<28}{count('model', 'rate_limited'):>8}")
+    print(f"  {'quota exhausted':<28}{count('model', 'quota_exhausted'):>8}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -98,10 +98,34 @@ _RETRY_FLAGS = (
     ("max_attempts", "max_attempts", "Attempts before a retriable failure becomes a dead "
      "letter, the first included (default 8)."),
 )
+#: flag, ModelConfig field, number type, help: flow control and cost (invariants 11, 12)
+_FLOW_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("model_max_rps", "max_rps", float, "Requests per second each worker sends the model at "
+     "most; set it to the provider's quota divided by the workers. Unset: each worker learns "
+     "its share from the provider's 429s. A 429's Retry-After always pauses the worker."),
+    ("model_max_tpm", "max_tpm", int, "Tokens per minute each worker sends at most (quota "
+     "divided by the workers), estimated from each request and corrected by the usage the "
+     "provider reports."),
+    ("model_price_in_per_mtok", "price_in_per_mtok", float, "Price of a million prompt "
+     "tokens; with it the summary estimates the spend."),
+    ("model_price_out_per_mtok", "price_out_per_mtok", float, "Price of a million completion "
+     "tokens."),
+    ("model_quota", "quota_rps", float, "Local provider only: a simulated account quota, in "
+     "requests per second per worker; past it the model answers 429 with Retry-After: 1."),
+)
+#: flag, AgentConfig field, help: the per-entity token budget (invariant 12)
+_BUDGET_FLAGS = (
+    ("max_tokens_per_entity", "max_tokens_per_entity", "Tokens (prompt + completion) one "
+     "entity may pay for per budget window; past it its activations are BUDGET dead letters "
+     "and nothing more is paid for it until the window resets. Default: no budget."),
+    ("budget_window_ms", "budget_window_ms", "The budget window, in ms of event time, "
+     "aligned to multiples of itself (default 86400000, a day)."),
+)
 _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
                            "max_intent_bytes", "max_event_bytes", "traceback_bytes",
-                           "max_in_flight",
-                           "agent_threads", "retry", "call_journal", "call_journal_ttl_ms"})
+                           "max_in_flight", "agent_threads", "retry", "call_journal",
+                           "call_journal_ttl_ms", "max_tokens_per_entity",
+                           "budget_window_ms"})
 
 
 def load_agent(reference: str) -> Callable[..., Any]:
@@ -275,6 +299,13 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
     model.add_argument("--model_outage", metavar="FIRST:COUNT",
                        help="Simulated transient outage of the local provider: its calls "
                        "FIRST..FIRST+COUNT-1 (from 1, per worker) answer 503.")
+    flow = parser.add_argument_group("flow control and cost")
+    # Read as text and converted in `agent_config_from_flags`, so a bad value
+    # is a one-line ConfigError naming the flag, not an argparse usage dump.
+    for flag, _, _, text in _FLOW_FLAGS:
+        flow.add_argument(f"--{flag}", help=text)
+    for flag, _, text in _BUDGET_FLAGS:
+        flow.add_argument(f"--{flag}", help=text)
     store = parser.add_argument_group("long-term memory")
     store.add_argument("--longterm_store", choices=("none", "sqlite", "firestore"),
                        help="Long-term memory backend (default none).")
@@ -301,6 +332,17 @@ def _outage(text: str) -> tuple[int, int]:
         return int(first), int(count)
     raise ConfigError(f"--model_outage must be FIRST:COUNT with FIRST >= 1, e.g. 40:4, got "
                       f"{text!r}", field="model_outage")
+
+
+def _number_flag(flag: str, text: object, kind: type) -> int | float:
+    """A numeric flag's value; a ConfigError naming the flag when it is not a number."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return kind(text)  # type: ignore[no-any-return]  # a JSON number passed through
+    try:
+        return kind(str(text).strip())  # type: ignore[no-any-return]
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"--{flag} must be {noun}, got {text!r}", field=flag) from None
 
 
 def _journal_flags(given: Callable[[str], Any], data: dict[str, Any]) -> None:
@@ -369,7 +411,13 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
         model["latency_ms"] = given("model_latency_ms")
     if given("model_outage") is not None:
         model["outage_first_call"], model["outage_calls"] = _outage(given("model_outage"))
+    for flag, key, kind, _ in _FLOW_FLAGS:
+        if given(flag) is not None:
+            model[key] = _number_flag(flag, given(flag), kind)
     data["model"] = model
+    for flag, key, _ in _BUDGET_FLAGS:
+        if given(flag) is not None:
+            data[key] = _number_flag(flag, given(flag), int)
     _journal_flags(given, data)
     backend = given("longterm_store")
     if backend == "none":

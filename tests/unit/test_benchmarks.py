@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
-TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8")
+TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9")
 B6_PATH_FIELDS = ("events_per_s", "ratio_to_serial", "ratio_to_ideal", "cpu_ms_per_event",
                   "cpu_cores_busy")
 B7_BACKEND_STATS = ("journaled_ms", "unjournaled_ms", "ratio_journaled_to_unjournaled",
@@ -38,7 +38,7 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
 
     document = json.loads((tmp_path / "latest.json").read_text())
     assert document["environment"]["quick"] is True
-    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8"):
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9"):
         result = document[name]
         assert result["name"] and result["note"], name
         assert isinstance(result["ratio"], int | float), name
@@ -73,6 +73,9 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
         assert all(_is_stat(result[field]) for field in B7_BACKEND_STATS), (backend, result)
         assert all(isinstance(result[field], int | float) for field in B7_BACKEND_COUNTS)
         assert isinstance(result["met"], bool), backend
+    for case in document["B9"]["cases"].values():
+        assert case["dead_letters"] == 0 and case["early"] == 0, case
+        assert case["served"] == case["calls"], case
     b8 = document["B8"]
     for case in B8_CASES:
         for side in ("journal_on", "journal_off"):
@@ -84,5 +87,6 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
         assert b8[case]["journal_on"]["paid_per_committed"] == 1.0, case
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "b1_activation.png", "b2_pipeline.png", "b3_scaling.png", "b4_soak.png",
-        "b5_cache_key.png", "b6_latency.png", "b7_journal.png", "b8_paid_calls.png"]
+        "b5_cache_key.png", "b6_latency.png", "b7_journal.png", "b8_paid_calls.png",
+        "b9_quota.png"]
     assert "B1" in done.stdout and "met" in done.stdout  # the table was printed

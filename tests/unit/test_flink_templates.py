@@ -137,6 +137,16 @@ def test_every_flag_named_anywhere_in_the_readme_exists() -> None:
     assert "'--service_port'" in Path(worker_pool_main.__file__).read_text()
 
 
+def test_the_readme_shows_every_flow_control_and_budget_flag_in_a_job_command() -> None:
+    """No flow-control flag drifts out of the README: each is in a job command that is parsed."""
+    from beam_agents.hosting import _BUDGET_FLAGS, _FLOW_FLAGS  # noqa: PLC0415
+
+    flags = {f"--{flag}" for flag, *_ in (*_FLOW_FLAGS, *_BUDGET_FLAGS)}
+    used = {token for command in shell_commands(readme()) for token in command}
+    assert flags - {"--model_quota"} <= used
+    assert "--model_quota" in readme()
+
+
 def matrix_row(text: str) -> tuple[list[str], str] | None:
     for cells in re.findall(r"^\| ([\d.]+) \| ([\d., ]+) \| ([\d.]+) \|$", text, re.MULTILINE):
         if cells[0] == apache_beam.__version__:

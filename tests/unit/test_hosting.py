@@ -103,3 +103,23 @@ def test_bad_journal_flags_raise_a_config_error_naming_the_field(
     with pytest.raises(ConfigError) as raised:
         agent_config_from_flags(_flags("--agent", "tests.agents:counter", *argv))
     assert named in str(raised.value.field)
+
+
+def test_the_flow_control_and_budget_flags_map_onto_the_config() -> None:
+    config = agent_config_from_flags(_flags(
+        "--agent", "tests.agents:counter", "--model_max_rps", "12.5", "--model_max_tpm", "90000",
+        "--model_price_in_per_mtok", "0.15", "--model_price_out_per_mtok", "0.6",
+        "--model_quota", "30", "--max_tokens_per_entity", "50000",
+        "--budget_window_ms", "3600000"))
+    model = config.model
+    assert (model.max_rps, model.max_tpm, model.quota_rps) == (12.5, 90000, 30.0)
+    assert (model.price_in_per_mtok, model.price_out_per_mtok) == (0.15, 0.6)
+    assert (config.max_tokens_per_entity, config.budget_window_ms) == (50000, 3_600_000)
+
+
+def test_without_the_flags_nothing_is_paced_capped_or_priced() -> None:
+    config = agent_config_from_flags(_flags("--agent", "tests.agents:counter"))
+    model = config.model
+    assert (model.max_rps, model.max_tpm, model.quota_rps) == (None, None, None)
+    assert (model.price_in_per_mtok, model.price_out_per_mtok) == (None, None)
+    assert (config.max_tokens_per_entity, config.budget_window_ms) == (None, 86_400_000)

@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from beam_agents._proto.budget_pb2 import TokenBudgetBlob
 from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob
 from beam_agents._proto.memory_pb2 import MemoryBlob
 from beam_agents.memory import Memory
+from beam_agents.model import TokenBudget
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -21,7 +23,7 @@ def test_generated_code_has_not_drifted_from_proto() -> None:
 
 
 def test_every_blob_schema_carries_state_schema_version() -> None:
-    for message in (MemoryBlob, LlmCacheBlob):
+    for message in (MemoryBlob, LlmCacheBlob, TokenBudgetBlob):
         assert "state_schema_version" in message.DESCRIPTOR.fields_by_name
 
 
@@ -38,3 +40,9 @@ def test_golden_llm_cache_blob_v1_still_parses() -> None:
     assert blob.state_schema_version == 1
     assert [e.cache_key for e in blob.entries] == ["a" * 64]
     assert blob.entries[0].response == b"cached"
+
+
+def test_golden_budget_blob_v1_still_decodes() -> None:
+    budget = TokenBudget((GOLDEN / "budget_v1.bin").read_bytes(), entity_key=b"acct-1",
+                         now_ms=86_400_000 + 60_000, max_tokens=1_000)
+    assert (budget.window_start_ms, budget.tokens_used) == (86_400_000, 321)

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!beam_agents/v1/error_record.proto\x12\x0e\x62\x65\x61m_agents.v1\"\xaa\x04\n\x0b\x45rrorRecord\x12\x30\n\x05stage\x18\x01 \x01(\x0e\x32!.beam_agents.v1.ErrorRecord.Stage\x12\x12\n\nerror_type\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\t\x12\x11\n\tretriable\x18\x05 \x01(\x08\x12\x12\n\nentity_key\x18\x06 \x01(\x0c\x12\x0b\n\x03seq\x18\x07 \x01(\x04\x12\r\n\x05\x65vent\x18\x08 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12\x13\n\x0b\x65vent_bytes\x18\x0b \x01(\x04\x12\x14\n\x0c\x65vent_sha256\x18\x0c \x01(\x0c\"\x9e\x02\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_DECODE\x10\x01\x12\x17\n\x13STAGE_STATE_CORRUPT\x10\x02\x12\x0f\n\x0bSTAGE_AGENT\x10\x03\x12\x11\n\rSTAGE_TIMEOUT\x10\x04\x12\x19\n\x15STAGE_MEMORY_OVERFLOW\x10\x05\x12\x0f\n\x0bSTAGE_MODEL\x10\x06\x12\x17\n\x13STAGE_LONGTERM_READ\x10\x07\x12\x18\n\x14STAGE_LONGTERM_FLUSH\x10\x08\x12\x10\n\x0cSTAGE_CONFIG\x10\t\x12\x10\n\x0cSTAGE_OUTPUT\x10\n\x12\x11\n\rSTAGE_JOURNAL\x10\x0b\x12\x19\n\x15STAGE_SCOPE_VIOLATION\x10\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!beam_agents/v1/error_record.proto\x12\x0e\x62\x65\x61m_agents.v1\"\xd1\x04\n\x0b\x45rrorRecord\x12\x30\n\x05stage\x18\x01 \x01(\x0e\x32!.beam_agents.v1.ErrorRecord.Stage\x12\x12\n\nerror_type\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x11\n\ttraceback\x18\x04 \x01(\t\x12\x11\n\tretriable\x18\x05 \x01(\x08\x12\x12\n\nentity_key\x18\x06 \x01(\x0c\x12\x0b\n\x03seq\x18\x07 \x01(\x04\x12\r\n\x05\x65vent\x18\x08 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12\x13\n\x0b\x65vent_bytes\x18\x0b \x01(\x04\x12\x14\n\x0c\x65vent_sha256\x18\x0c \x01(\x0c\x12\x13\n\x0btokens_used\x18\r \x01(\x04\"\xb0\x02\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_DECODE\x10\x01\x12\x17\n\x13STAGE_STATE_CORRUPT\x10\x02\x12\x0f\n\x0bSTAGE_AGENT\x10\x03\x12\x11\n\rSTAGE_TIMEOUT\x10\x04\x12\x19\n\x15STAGE_MEMORY_OVERFLOW\x10\x05\x12\x0f\n\x0bSTAGE_MODEL\x10\x06\x12\x17\n\x13STAGE_LONGTERM_READ\x10\x07\x12\x18\n\x14STAGE_LONGTERM_FLUSH\x10\x08\x12\x10\n\x0cSTAGE_CONFIG\x10\t\x12\x10\n\x0cSTAGE_OUTPUT\x10\n\x12\x11\n\rSTAGE_JOURNAL\x10\x0b\x12\x19\n\x15STAGE_SCOPE_VIOLATION\x10\x0c\x12\x10\n\x0cSTAGE_BUDGET\x10\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,7 +22,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._proto.error_re
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORRECORD']._serialized_start=54
-  _globals['_ERRORRECORD']._serialized_end=608
-  _globals['_ERRORRECORD_STAGE']._serialized_start=322
-  _globals['_ERRORRECORD_STAGE']._serialized_end=608
+  _globals['_ERRORRECORD']._serialized_end=647
+  _globals['_ERRORRECORD_STAGE']._serialized_start=343
+  _globals['_ERRORRECORD_STAGE']._serialized_end=647
 # @@protoc_insertion_point(module_scope)

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ErrorRecord(_message.Message):
-    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts", "event_bytes", "event_sha256")
+    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts", "event_bytes", "event_sha256", "tokens_used")
     class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STAGE_UNSPECIFIED: _ClassVar[ErrorRecord.Stage]
@@ -22,6 +22,7 @@ class ErrorRecord(_message.Message):
         STAGE_OUTPUT: _ClassVar[ErrorRecord.Stage]
         STAGE_JOURNAL: _ClassVar[ErrorRecord.Stage]
         STAGE_SCOPE_VIOLATION: _ClassVar[ErrorRecord.Stage]
+        STAGE_BUDGET: _ClassVar[ErrorRecord.Stage]
     STAGE_UNSPECIFIED: ErrorRecord.Stage
     STAGE_DECODE: ErrorRecord.Stage
     STAGE_STATE_CORRUPT: ErrorRecord.Stage
@@ -35,6 +36,7 @@ class ErrorRecord(_message.Message):
     STAGE_OUTPUT: ErrorRecord.Stage
     STAGE_JOURNAL: ErrorRecord.Stage
     STAGE_SCOPE_VIOLATION: ErrorRecord.Stage
+    STAGE_BUDGET: ErrorRecord.Stage
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +49,7 @@ class ErrorRecord(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     EVENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     EVENT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
     stage: ErrorRecord.Stage
     error_type: str
     message: str
@@ -59,4 +62,5 @@ class ErrorRecord(_message.Message):
     attempts: int
     event_bytes: int
     event_sha256: bytes
-    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., event_bytes: _Optional[int] = ..., event_sha256: _Optional[bytes] = ...) -> None: ...
+    tokens_used: int
+    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., event_bytes: _Optional[int] = ..., event_sha256: _Optional[bytes] = ..., tokens_used: _Optional[int] = ...) -> None: ...

@@ -3,7 +3,7 @@
 It only translates between Beam and the engine (DESIGN's "Durable, concurrent
 activations"):
 
-* keyed state holds the three activation cells (`CELLS`) and the queue's
+* keyed state holds the four activation cells (`CELLS`) and the queue's
   three (`QUEUE_CELLS`); `process` calls `KeyedEngine.offer`, so an event is
   in the key's bag before anything runs it and a crash loses nothing
   (invariant 8);
@@ -41,7 +41,7 @@ from beam_agents.runtime import CELLS, QUEUE_CELLS, AgentConfig, KeyCells, State
 
 __all__ = ["ERRORS", "AgentDoFn"]
 
-_MEMORY, _LLM_CACHE, _SEQ = CELLS
+_MEMORY, _LLM_CACHE, _SEQ, _BUDGET = CELLS
 _QUEUE, _ATTEMPT, _RETRY_AT = QUEUE_CELLS
 _WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 _END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
@@ -75,6 +75,7 @@ class AgentDoFn(beam.DoFn):
     MEMORY = ReadModifyWriteStateSpec(_MEMORY, BytesCoder())
     LLM_CACHE = ReadModifyWriteStateSpec(_LLM_CACHE, BytesCoder())
     SEQ = ReadModifyWriteStateSpec(_SEQ, VarIntCoder())
+    BUDGET = ReadModifyWriteStateSpec(_BUDGET, BytesCoder())
     QUEUE = BagStateSpec(_QUEUE, BytesCoder())
     ATTEMPT = ReadModifyWriteStateSpec(_ATTEMPT, VarIntCoder())
     RETRY_AT = ReadModifyWriteStateSpec(_RETRY_AT, VarIntCoder())
@@ -96,6 +97,7 @@ class AgentDoFn(beam.DoFn):
         memory: Any = beam.DoFn.StateParam(MEMORY),
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
+        budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
@@ -106,7 +108,7 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         key, event = element
         end_of_input.set(GlobalWindow().max_timestamp())
-        cells = KeyCells(StateCells(memory, llm_cache, seq), queue, attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
         step = shared.engine.offer(key, cells, event, wall_ms())
         return self._emit(shared, key, step, wake)
 
@@ -117,6 +119,7 @@ class AgentDoFn(beam.DoFn):
         memory: Any = beam.DoFn.StateParam(MEMORY),
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
+        budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
@@ -124,7 +127,7 @@ class AgentDoFn(beam.DoFn):
     ) -> Iterator[Any]:
         """Apply the key's finished activation, if any, and start its next one."""
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq), queue, attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
         return self._emit(shared, key, shared.engine.pump(key, cells, wall_ms()), wake)
 
     @on_timer(_END_OF_INPUT)
@@ -134,6 +137,7 @@ class AgentDoFn(beam.DoFn):
         memory: Any = beam.DoFn.StateParam(MEMORY),
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
+        budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
@@ -141,7 +145,7 @@ class AgentDoFn(beam.DoFn):
     ) -> Iterator[Any]:
         """The input ended: run the key's queue to the end, waiting out any backoff."""
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq), queue, attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
         return self._emit(shared, key, shared.engine.drain(key, cells, clock_ms=wall_ms), wake)
 
     def teardown(self) -> None:

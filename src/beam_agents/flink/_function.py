@@ -1,6 +1,6 @@
 """AgentKeyedProcessFunction: the shared engine hosted by a PyFlink keyed operator.
 
-The Flink twin of `AgentDoFn`, and just as thin: it binds a key's six
+The Flink twin of `AgentDoFn`, and just as thin: it binds a key's seven
 keyed-state cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine`
 in a callback that has the key in scope, and routes the lines that come back.
 PyFlink's async functions cannot reach keyed state, so the concurrency comes
@@ -112,11 +112,11 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         def value(name: str, kind: Any) -> _Cell:
             return _Cell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
 
-        memory, llm_cache, seq = CELLS
+        memory, llm_cache, seq, budget = CELLS
         queue, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
             state=StateCells(value(memory, _BYTES), value(llm_cache, _BYTES),
-                             value(seq, Types.LONG())),
+                             value(seq, Types.LONG()), value(budget, _BYTES)),
             queue=_Queue(runtime_context.get_list_state(ListStateDescriptor(queue, _BYTES))),
             attempt=value(attempt, Types.LONG()),
             retry_at_ms=value(retry_at_ms, Types.LONG()))

@@ -1,11 +1,15 @@
-"""Model access for agents: the replay cache, its key, the facade, breakers, providers.
+"""Model access for agents: the replay cache, its key, the facade, admission, budgets, breakers.
 
-See seed 002 and DESIGN's invariant 3: the facade looks up the replay cache
-before the circuit breaker, so replays are byte-identical and never pay twice.
+See seed 002 and DESIGN's invariants 3, 11 and 12: the facade looks up the
+replay cache and the journal before admission and the circuit breaker, so
+replays are byte-identical, never pay twice and are never counted as paid; a
+429 slows admission and never trips the breaker.
 Providers live in `beam_agents.model.providers` and load their SDKs lazily.
 """
 
+from beam_agents.model._admission import ProviderAdmission, WaitLedger, estimate_tokens
 from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBreaker
+from beam_agents.model._budget import TokenBudget
 from beam_agents.model._cache_key import compute_cache_key
 from beam_agents.model._config import BreakerConfig, ModelConfig
 from beam_agents.model._facade import ModelFacade
@@ -24,7 +28,7 @@ from beam_agents.model._replay_cache import (
     CachedResponse,
     ReplayCache,
 )
-from beam_agents.model._types import Message, ModelRequest, ModelResponse, ToolCall
+from beam_agents.model._types import Message, ModelRequest, ModelResponse, RateLimits, ToolCall
 
 __all__ = [
     "MAX_BLOB_BYTES",
@@ -46,7 +50,12 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "ProviderAdmission",
+    "RateLimits",
     "ReplayCache",
+    "TokenBudget",
     "ToolCall",
+    "WaitLedger",
     "compute_cache_key",
+    "estimate_tokens",
 ]

@@ -42,23 +42,31 @@ _KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 # Which optional settings each provider reads; setting one the chosen
 # provider ignores is almost always a mistake, so it is rejected.
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
-    "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls"}),
+    "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls",
+                        "quota_rps"}),
     "gemini": frozenset({"project", "location", *KEY_SOURCES, "secret_manager_endpoint",
                          "base_url", "timeout_s"}),
     "openai": frozenset({*KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
+}
+#: The flag of each flow-control field, for messages that name what to fix.
+_FLOW_FLAGS: Mapping[str, str] = {
+    "quota_rps": "--model_quota", "max_rps": "--model_max_rps", "max_tpm": "--model_max_tpm",
+    "price_in_per_mtok": "--model_price_in_per_mtok",
+    "price_out_per_mtok": "--model_price_out_per_mtok",
 }
 _DEFAULT_LOCAL_MODEL_ID = "local"
 _DEFAULT_OPENAI_BASE_URL = "https://api.openai.com"
 
 
 def _require_number(name: str, value: object, low: float, high: float, *,
-                    low_inclusive: bool) -> None:
+                    low_inclusive: bool, field: str | None = None) -> None:
     bound = f"{'[' if low_inclusive else '('}{low:g}, {high:g}]"
+    field = name if field is None else field
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=name)
+        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=field)
     too_low = value < low if low_inclusive else value <= low
     if too_low or value > high or (isinstance(value, float) and not math.isfinite(value)):
-        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=name)
+        raise ConfigError(f"{name} must be a number in {bound}, got {value!r}", field=field)
 
 
 def _check_keys(cls: type, data: Mapping[str, Any], prefix: str) -> None:
@@ -140,6 +148,22 @@ class ModelConfig:
             as a 503 would, with `ProviderUnavailable`; for demos and tests
             of suspension. 0 means no outage.
         outage_calls: How many calls the simulated outage fails, in [0, 1 000 000].
+        quota_rps: A simulated account quota of the local provider
+            (``--model_quota``), in requests per second per worker: past it the
+            provider answers as a 429 with ``Retry-After: 1`` would, with
+            `RateLimitedError`; for demos and tests of flow control. None: no quota.
+        max_rps: Requests per second this worker sends the provider at most
+            (``--model_max_rps``), in (0, 1 000 000]; set it to the quota
+            divided by the workers. None: learned from the provider's 429s.
+            Either way a 429's Retry-After pauses the worker (invariant 11).
+        max_tpm: Tokens per minute this worker sends at most
+            (``--model_max_tpm``), estimated from each request and corrected
+            by the usage the provider reports; in [1, 10**12]. None: no limit.
+        price_in_per_mtok: Price of a million prompt tokens
+            (``--model_price_in_per_mtok``), in [0, 1 000 000]; with it the
+            summary estimates the spend. None: no estimate.
+        price_out_per_mtok: Price of a million completion tokens
+            (``--model_price_out_per_mtok``), likewise.
         breaker: The model's circuit-breaker settings.
     """
 
@@ -157,6 +181,11 @@ class ModelConfig:
     latency_ms: int = 0
     outage_first_call: int = 0
     outage_calls: int = 0
+    quota_rps: float | None = None
+    max_rps: float | None = None
+    max_tpm: int | None = None
+    price_in_per_mtok: float | None = None
+    price_out_per_mtok: float | None = None
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
 
     def __post_init__(self) -> None:
@@ -181,6 +210,7 @@ class ModelConfig:
             require_int(getattr(self, name), name=name, low=0, high=1_000_000, field=name)
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
+        self._check_flow_fields()
         self._check_provider_fields()
         self._check_key_source()
         if self.base_url is not None:
@@ -188,12 +218,26 @@ class ModelConfig:
         elif self.provider == "openai":
             object.__setattr__(self, "base_url", _DEFAULT_OPENAI_BASE_URL)
 
+    def _check_flow_fields(self) -> None:
+        # The message names the flag, so a bad value on the command line (or
+        # in a JSON config) reads as the thing to fix (invariant 11's knobs).
+        for name, high, low_inclusive in (("quota_rps", 1e6, False), ("max_rps", 1e6, False),
+                                          ("price_in_per_mtok", 1e6, True),
+                                          ("price_out_per_mtok", 1e6, True)):
+            value = getattr(self, name)
+            if value is not None:
+                _require_number(f"{name} ({_FLOW_FLAGS[name]})", value, 0, high,
+                                low_inclusive=low_inclusive, field=name)
+        if self.max_tpm is not None:
+            require_int(self.max_tpm, name=f"max_tpm ({_FLOW_FLAGS['max_tpm']})", low=1,
+                        high=10**12, field="max_tpm")
+
     def _check_provider_fields(self) -> None:
         defaults = {f.name: f.default for f in fields(self)}
         allowed = _PROVIDER_FIELDS[self.provider]
         for name in ("project", "location", *KEY_SOURCES, "secret_manager_endpoint",
                      "base_url", "timeout_s", "script_path", "latency_ms", "outage_first_call",
-                     "outage_calls"):
+                     "outage_calls", "quota_rps"):
             if name not in allowed and getattr(self, name) != defaults[name]:
                 raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
                                   f"remove it (that provider reads: {sorted(allowed)})",

@@ -1,15 +1,20 @@
-"""The model facade an agent calls as ``ctx.model``: replay cache, then breaker, then provider.
+"""The model facade an agent calls as ``ctx.model``: cache, journal, admission, breaker, provider.
 
 One facade serves one activation, ``(entity_key, seq)``. Every call runs in
-the order invariant 3 fixes:
+the order invariants 3, 11 and 12 fix:
 
 1. compute the cache key over the request and ``(entity_key, seq)``;
-2. look it up in the replay cache; a full hit is returned as is, without
-   touching the breaker or the provider, so a replayed activation sees the
-   responses of its first run even while the provider is down;
-3. on a miss, ask the circuit breaker, call the provider once and report
-   the outcome to the breaker;
-4. stage the canonical response bytes in the cache.
+2. look it up in the replay cache, then the journal; a full hit is returned
+   as is, without touching the breaker or the provider, so a replayed
+   activation sees the responses of its first run even while the provider is
+   down; its tokens count as replayed, never as paid;
+3. on a miss, check the entity's token budget with the request's estimate,
+   wait for the provider's admission (its rate, its tokens, a Retry-After in
+   force), ask the circuit breaker, and call the provider once; a 429 pauses
+   the provider's admission and the call waits and asks again, without a word
+   to the breaker (flow control is not failure);
+4. count the tokens paid, charge the budget with them, and stage the
+   canonical response bytes in the cache.
 
 A digest-only entry (a response too large to keep, seed 002) cannot be
 replayed, so the provider is called again and the fresh response is compared
@@ -27,9 +32,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_agents._bridge import RunSync
-from beam_agents.errors import ProviderUnavailable, StateCorruptError
+from beam_agents.errors import (
+    ProviderUnavailable,
+    QuotaExhaustedError,
+    RateLimitedError,
+    StateCorruptError,
+)
 from beam_agents.metrics import MetricsSink
+from beam_agents.model._admission import (
+    ProviderAdmission,
+    Ticket,
+    WaitLedger,
+    estimate_tokens,
+)
 from beam_agents.model._breaker import CircuitBreaker
+from beam_agents.model._budget import TokenBudget
 from beam_agents.model._cache_key import compute_cache_key
 from beam_agents.model._journal import (
     DEFAULT_TTL_MS,
@@ -79,13 +96,21 @@ class ModelFacade:
         event_digest: The sha256 of the activation's event; journal entries
             are keyed by the cache key bound to it (see `journal_key`), so
             only attempts of the same event replay them. Empty: the cache key.
+        admission: The provider's admission on this worker, shared by every
+            activation (invariant 11). None: a private, unpaced one
+            (`ProviderAdmission.unpaced`).
+        waits: Where the time this activation's calls wait for admission is
+            kept, which the activation timeout leaves out.
+        budget: The entity's token budget, or None for no cap (invariant 12).
     """
 
     def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
                  breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
                  run_sync: RunSync | None = None, journal: CallJournal | None = None,
                  journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
-                 journal_ttl_ms: int = DEFAULT_TTL_MS, event_digest: bytes = b"") -> None:
+                 journal_ttl_ms: int = DEFAULT_TTL_MS, event_digest: bytes = b"",
+                 admission: ProviderAdmission | None = None, waits: WaitLedger | None = None,
+                 budget: TokenBudget | None = None) -> None:
         if not isinstance(entity_key, bytes):
             raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
         self._cache = cache
@@ -100,6 +125,10 @@ class ModelFacade:
         self._now_ms = now_ms
         self._journal_ttl_ms = journal_ttl_ms
         self._event_digest = event_digest
+        self._admission = admission if admission is not None else ProviderAdmission.unpaced(
+            model_id=provider.model_id)
+        self._waits = waits
+        self._budget = budget
         self._divergence_logged = False
         self._key_locks: dict[str, asyncio.Lock] = {}
 
@@ -144,7 +173,9 @@ class ModelFacade:
         entry = self._cache.get(key)
         if entry is not None and not entry.digest_only:
             self._inc("cache_hits")
-            return _decoded(entry.response, f"llm_cache entry {key}", cell="llm_cache")
+            cached = _decoded(entry.response, f"llm_cache entry {key}", cell="llm_cache")
+            self._inc("tokens_replayed", cached.tokens_in + cached.tokens_out)
+            return cached
         journaled = self._journaled.get(journal_key(key, self._event_digest))
         if journaled is not None and not journaled.digest_only:
             # Paid for by an attempt whose commit was lost (a bundle retry, a
@@ -152,9 +183,18 @@ class ModelFacade:
             self._inc("journal_hits")
             if entry is None:
                 self._cache.put(key, journaled.response)
-            return _decoded(journaled.response, f"journal entry {key}", cell="call_journal")
+            replayed = _decoded(journaled.response, f"journal entry {key}", cell="call_journal")
+            tokens = replayed.tokens_in + replayed.tokens_out
+            self._inc("tokens_replayed", tokens)
+            if self._budget is not None:
+                # Its charge was lost with the commit the journal outlived
+                # (invariant 12): charged again, it leaves the budget as a run
+                # without the crash would have.
+                self._budget.charge(tokens)
+            return replayed
         self._inc("cache_misses" if entry is None else "digest_only_hits")
         response = await self._call_provider(request)
+        paid = response.tokens_in + response.tokens_out
         data = response.to_bytes()
         # What an earlier attempt was answered, when only its digest was kept.
         recorded = entry.digest if entry is not None else (
@@ -177,6 +217,11 @@ class ModelFacade:
             # the first run was answered, and overwriting it with this
             # response would let a third run "agree" with a divergent one.
             self._report_divergence(key, recorded.hex(), data)
+        if self._budget is not None:
+            # Last, once the call is journaled and staged: a budget this call
+            # passed fails the activation (stage BUDGET), and a redrive in the
+            # next window replays the answer instead of paying for it again.
+            self._budget.charge(paid)
         return response
 
     async def _write_journal(self, key: str, data: bytes) -> JournalEntry | None:
@@ -214,15 +259,51 @@ class ModelFacade:
         return run_sync(self.acomplete(messages, tools=tools, **sampling))
 
     async def _call_provider(self, request: ModelRequest) -> ModelResponse:
+        """Pay for `request` once: budget, admission, breaker, then one provider attempt at a time.
+
+        A 429 is answered by waiting for admission again, which the 429 has
+        paused for the whole provider; every attempt is counted once, here
+        (``provider_calls``), since the clients' own retries are off.
+        """
+        tokens = estimate_tokens(request, output_tokens=self._admission.output_estimate)
+        if self._budget is not None:
+            self._budget.check(tokens)
+        while True:
+            try:
+                ticket = await self._admission.admit(tokens, self._waits)
+            except QuotaExhaustedError:
+                self._inc("quota_held")
+                raise
+            response = await self._attempt(request, ticket)
+            if response is not None:
+                return response
+
+    async def _attempt(self, request: ModelRequest, ticket: Ticket) -> ModelResponse | None:
+        """One admitted attempt; None when the provider rate-limited it and it must ask again."""
+        admission, now = self._admission, asyncio.get_running_loop().time
         try:
             self._breaker.before_call()
         except ProviderUnavailable:
+            admission.released(ticket)
             self._inc("breaker_rejections")
             raise
         self._inc("provider_calls")
         try:
             response = await self._provider.complete(request)
+        except RateLimitedError as exc:
+            # Flow control, not failure (invariant 11): the breaker hears
+            # nothing, and the call waits out the pause and asks again.
+            self._inc("rate_limited")
+            self._breaker.record_inconclusive()
+            admission.rate_limited(ticket, exc.retry_after_s, now=now())
+            return None
+        except QuotaExhaustedError:
+            self._inc("quota_exhausted")
+            self._breaker.record_inconclusive()
+            admission.quota_exhausted(ticket, now=now())
+            raise
         except ProviderUnavailable:
+            admission.released(ticket)
             self._inc("provider_errors")
             self._breaker.record_failure()
             raise
@@ -230,14 +311,20 @@ class ModelFacade:
             # A ProviderRejected says nothing about the provider's health, and
             # a raw exception (a provider breaking its contract) is a bug, not
             # evidence that the model is down: neither counts as a failure.
+            admission.released(ticket)
             self._inc("provider_errors")
             self._breaker.record_inconclusive()
             raise
         except BaseException:
             # Cancellation (an activation timeout): free a half-open trial slot.
+            admission.released(ticket)
             self._breaker.record_inconclusive()
             raise
         self._breaker.record_success()
+        admission.succeeded(ticket, response, now=now())
+        self._inc("paid_calls")
+        self._inc("tokens_in", response.tokens_in)
+        self._inc("tokens_out", response.tokens_out)
         return response
 
     def _report_divergence(self, key: str, stored_hex: str, fresh: bytes) -> None:
@@ -253,8 +340,9 @@ class ModelFacade:
                 hashlib.sha256(fresh).hexdigest(),
             )
 
-    def _inc(self, name: str) -> None:
-        self._metrics.inc(METRICS_NAMESPACE, name)
+    def _inc(self, name: str, value: int = 1) -> None:
+        if value:
+            self._metrics.inc(METRICS_NAMESPACE, name, value)
 
 
 def _decoded(data: bytes, what: str, *, cell: str) -> ModelResponse:

@@ -25,6 +25,7 @@ __all__ = [
     "Message",
     "ModelRequest",
     "ModelResponse",
+    "RateLimits",
     "ToolCall",
     "tool_function",
 ]
@@ -183,8 +184,28 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimits:
+    """What a provider's rate-limit headers said about the account, on one answer.
+
+    OpenAI-style ``x-ratelimit-remaining-*`` / ``x-ratelimit-reset-*``; None
+    where the provider sent nothing. Admission reads it to pause before the
+    account runs dry instead of after a 429 (invariant 11).
+    """
+
+    remaining_requests: int | None = None
+    reset_requests_s: float | None = None
+    remaining_tokens: int | None = None
+    reset_tokens_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponse:
-    """What a model returned; `cached` tells whether the replay cache served it."""
+    """What a model returned; `cached` tells whether the replay cache served it.
+
+    `limits` (the account's rate-limit headers on this answer) and `cached`
+    describe how it was served, not what the model said: neither is encoded,
+    so a replay is byte-identical to the first answer.
+    """
 
     text: str
     model_id: str
@@ -192,6 +213,7 @@ class ModelResponse:
     finish_reason: str | None = None
     usage: Mapping[str, int] = field(default_factory=dict)
     cached: bool = False
+    limits: RateLimits | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -201,6 +223,16 @@ class ModelResponse:
                 raise TypeError(f"ModelResponse.usage[{name!r}] must be an int")
         object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         object.__setattr__(self, "usage", dict(self.usage))
+
+    @property
+    def tokens_in(self) -> int:
+        """Prompt tokens the provider reported (``usage["prompt_tokens"]``), 0 if none."""
+        return int(self.usage.get("prompt_tokens", 0))
+
+    @property
+    def tokens_out(self) -> int:
+        """Completion tokens the provider reported (``usage["completion_tokens"]``), 0 if none."""
+        return int(self.usage.get("completion_tokens", 0))
 
     def to_bytes(self) -> bytes:
         """Return the canonical encoding; equal responses give byte-identical output.

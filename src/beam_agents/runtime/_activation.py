@@ -15,7 +15,14 @@ The order is DESIGN's activation protocol:
    external write, invariant 5) and serializes only the dirty blobs;
 5. any failure abandons long-term writes and yields one error record; a
    retriable one also hands back the replay cache with the responses the
-   attempt paid for, which is all a suspension commits (invariant 1).
+   attempt paid for, which is all a suspension commits (invariant 1). The
+   token budget's charges are handed back with any outcome: what was paid
+   stays paid (invariant 12).
+
+Time an activation's calls spend waiting for the provider's admission (its
+quota, a Retry-After) is left out of its timeout: the timeout bounds the
+agent and the provider's answers, and a tight quota slows the run instead of
+timing it out (invariant 11).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any, TypeVar
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
-from beam_agents.errors import ActivationTimeoutError
+from beam_agents.errors import ActivationTimeoutError, QuotaExhaustedError, RateLimitedError
 from beam_agents.memory import BufferedLongtermStore, LongtermHandle, Memory, TaskRegistry
 from beam_agents.metrics import MetricsSink, NoopMetrics
 from beam_agents.model import (
@@ -41,7 +48,10 @@ from beam_agents.model import (
     CallJournal,
     ModelFacade,
     ModelProvider,
+    ProviderAdmission,
     ReplayCache,
+    TokenBudget,
+    WaitLedger,
 )
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext
@@ -55,11 +65,12 @@ NAMESPACE = "beam_agents.runtime"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeyedState:
-    """What keyed state holds for one entity: two blobs and the last committed seq."""
+    """What keyed state holds for one entity: three blobs and the last committed seq."""
 
     memory: bytes | None = None
     llm_cache: bytes | None = None
     seq: int = 0
+    budget: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +81,7 @@ class Committed:
     memory: bytes | None
     llm_cache: bytes | None
     intents: tuple[Intent, ...]
+    budget: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,10 +95,19 @@ class Failed:
             activation instead of dead-lettering it writes this and nothing
             else, so the retry, which runs with the same seq, replays those
             calls instead of paying again (invariants 1 and 9).
+        budget: The token budget's cell when the attempt charged it: written
+            with any outcome, suspension or dead letter, because tokens paid
+            stay paid (invariant 12).
+        flow_control: The provider's quota was out (not a failure of the
+            provider or the agent): the host suspends with the long backoff
+            and the attempt does not count toward ``--max_attempts``
+            (invariant 11).
     """
 
     error: ErrorRecord
     llm_cache: bytes | None = None
+    budget: bytes | None = None
+    flow_control: bool = False
 
 
 Outcome = Committed | Failed
@@ -128,6 +149,12 @@ class ActivationRuntime:
         self._journal = journal
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
         self._breakers = BreakerRegistry(clock=clock)
+        model = config.model
+        # One admission per provider per worker: a 429 is about the account,
+        # so it pauses every activation's calls, not one key's (invariant 11).
+        self._admission = ProviderAdmission(
+            model_id=provider.model_id, max_rps=model.max_rps, max_tpm=model.max_tpm,
+            probe_interval_s=config.retry.retry_max_ms / 1000)
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                              name="beam-agents-loop")
@@ -145,6 +172,11 @@ class ActivationRuntime:
     def metrics(self) -> MetricsSink:
         """Where this runtime's counters go."""
         return self._metrics
+
+    @property
+    def admission(self) -> ProviderAdmission:
+        """The provider's admission on this worker, shared by every activation."""
+        return self._admission
 
     @property
     def store(self) -> BufferedLongtermStore | None:
@@ -195,6 +227,8 @@ class ActivationRuntime:
         now_ms = event.event_time_ms
         self._metrics.inc(NAMESPACE, "activations")
         cache: ReplayCache | None = None
+        budget: TokenBudget | None = None
+        waits = WaitLedger()
 
         def failed(exc: BaseException, *, flushing: bool = False) -> Failed:
             stage = stage_of(exc, flushing=flushing)
@@ -211,7 +245,8 @@ class ActivationRuntime:
                 count_dead_letter(self._metrics, record)
             paid = cache.to_bytes() if record.retriable and cache is not None and cache.dirty \
                 else None
-            return Failed(error=record, llm_cache=paid)
+            return Failed(error=record, llm_cache=paid, budget=_charged(budget),
+                          flow_control=isinstance(exc, QuotaExhaustedError | RateLimitedError))
 
         handle = None
         try:
@@ -224,6 +259,10 @@ class ActivationRuntime:
             memory = Memory(state.memory, now_ms=now_ms, compactor=self._config.compactor,
                             metrics=self._metrics, longterm=handle)
             cache = ReplayCache(state.llm_cache, now_ms=now_ms)
+            if self._config.max_tokens_per_entity is not None:
+                budget = TokenBudget(state.budget, entity_key=event.entity_key, now_ms=now_ms,
+                                     max_tokens=self._config.max_tokens_per_entity,
+                                     window_ms=self._config.budget_window_ms)
             model = ModelFacade(
                 cache=cache, provider=self._provider, metrics=self._metrics,
                 breaker=self._breakers.get(self._provider.model_id, self._config.model.breaker),
@@ -231,14 +270,17 @@ class ActivationRuntime:
                 journal=self._journal, journaled=journaled, now_ms=now_ms,
                 journal_ttl_ms=self._config.call_journal_ttl_ms,
                 event_digest=hashlib.sha256(event.SerializeToString(deterministic=True)).digest()
-                if self._journal is not None else b"")
+                if self._journal is not None else b"",
+                admission=self._admission, waits=waits, budget=budget)
             ctx = AgentContext(event=event, seq=seq, memory=memory, model=model,
                                max_intent_bytes=self._config.max_intent_bytes)
-            await self._run_agent(ctx)
+            await self._run_agent(ctx, waits)
         except Exception as exc:  # every agent failure becomes a dead letter (invariant 8)
+            self._count_waits(waits)
             if handle is not None:
                 await _quietly(handle.abandon())
             return failed(exc)
+        self._count_waits(waits)
         if handle is not None:
             try:
                 await handle.commit()
@@ -251,20 +293,48 @@ class ActivationRuntime:
             memory=memory.to_bytes() if memory.dirty else None,
             llm_cache=cache.to_bytes() if cache.dirty else None,
             intents=ctx.intents,
+            budget=_charged(budget),
         )
 
-    async def _run_agent(self, ctx: AgentContext) -> None:
-        timeout_s = self._config.timeout_ms / 1000
+    async def _run_agent(self, ctx: AgentContext, waits: WaitLedger) -> None:
         if self._is_async:
             work: asyncio.Future[Any] = asyncio.ensure_future(self._agent(ctx))
         else:
             work = self._loop.run_in_executor(self._threads, self._call_sync, ctx)
-        try:
-            result = await asyncio.wait_for(work, timeout_s)
-        except TimeoutError:
-            raise ActivationTimeoutError(timeout_ms=self._config.timeout_ms) from None
+        result = await self._within_timeout(work, waits)
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-            await asyncio.wait_for(result, timeout_s)
+            await self._within_timeout(asyncio.ensure_future(result), waits)
+
+    async def _within_timeout(self, work: asyncio.Future[T], waits: WaitLedger) -> T:
+        """Await `work` for at most the timeout of its own time: admission waits do not count.
+
+        Raises:
+            ActivationTimeoutError: The agent's own time (and its providers'
+                answers) passed ``timeout_ms``; `work` is cancelled.
+        """
+        timeout_s = self._config.timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            now = loop.time()
+            left = timeout_s - (now - started - waits.waited_until(now))
+            if left <= 0:
+                work.cancel()
+                await asyncio.wait((work,))  # let it unwind; what it raises is moot now
+                raise ActivationTimeoutError(timeout_ms=self._config.timeout_ms)
+            try:
+                done, _ = await asyncio.wait((work,), timeout=left)
+            except asyncio.CancelledError:
+                work.cancel()  # the activation itself was cancelled (the runtime closes)
+                raise
+            if done:
+                return work.result()
+
+    def _count_waits(self, waits: WaitLedger) -> None:
+        """Count ``throttled`` (activations that waited for admission) and ``throttled_ms``."""
+        if waits.waits:
+            self._metrics.inc(NAMESPACE, "throttled")
+            self._metrics.inc(NAMESPACE, "throttled_ms", round(waits.waited_s * 1000))
 
     def _call_sync(self, ctx: AgentContext) -> Any:
         return self._agent(ctx)
@@ -299,6 +369,11 @@ class ActivationRuntime:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _charged(budget: TokenBudget | None) -> bytes | None:
+    """The budget cell to write back, when this activation charged it."""
+    return budget.to_bytes() if budget is not None and budget.dirty else None
 
 
 def count_dead_letter(metrics: MetricsSink, record: ErrorRecord) -> None:

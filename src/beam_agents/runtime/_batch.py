@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
-from beam_agents.runtime._engine import BagCell, KeyCells, KeyedEngine, ValueCell
-from beam_agents.runtime._keyed import Channel, StateCells
+from beam_agents.runtime._engine import KeyCells, KeyedEngine
+from beam_agents.runtime._keyed import Channel
 
 __all__ = ["KeyRuns"]
 
@@ -24,11 +24,6 @@ __all__ = ["KeyRuns"]
 class _Active:
     cells: KeyCells
     wake_at_ms: int
-
-
-def _fresh_cells() -> KeyCells:
-    return KeyCells(state=StateCells(ValueCell(), ValueCell(), ValueCell()), queue=BagCell(),
-                    attempt=ValueCell(), retry_at_ms=ValueCell())
 
 
 class KeyRuns:
@@ -57,7 +52,7 @@ class KeyRuns:
         """
         if key in self._active:
             raise ValueError(f"key {key!r} was added twice; group its events first")
-        cells = _fresh_cells()
+        cells = KeyCells.in_process()
         for event in events:
             self._engine.enqueue(cells, event)
         step = self._engine.pump(key, cells, self._clock_ms())

@@ -182,6 +182,8 @@ def error_to_json(record: ErrorRecord) -> bytes:
         out["event_bytes"] = record.event_bytes
     if record.event_sha256:  # written whenever read, so every line round-trips
         out["event_sha256"] = record.event_sha256.hex()
+    if record.tokens_used:  # only in BUDGET records
+        out["tokens_used"] = record.tokens_used
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
     return canonical_json(out)
@@ -204,6 +206,7 @@ def error_from_json(line: bytes | str) -> ErrorRecord:
             attempts=int(doc.get("attempts", 0)),
             event_bytes=int(doc.get("event_bytes", 0)),
             event_sha256=bytes.fromhex(doc.get("event_sha256", "")),
+            tokens_used=int(doc.get("tokens_used", 0)),
             entity_key=_get_bytes(doc, "entity_key", required=False, error=EventDecodeError),
             event=_get_bytes(doc, "event", required=False, error=EventDecodeError),
         )

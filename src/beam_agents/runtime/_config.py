@@ -14,6 +14,7 @@ from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.memory import Compactor, LongtermStoreConfig, LruCompactor
 from beam_agents.model import CallJournalConfig, ModelConfig
+from beam_agents.model._budget import DEFAULT_WINDOW_MS
 from beam_agents.model._journal import DEFAULT_TTL_MS
 from beam_agents.runtime._retry import RetryPolicy
 
@@ -56,6 +57,14 @@ class AgentConfig:
             (``--call_journal_ttl_ms``), in [60 000, 31 536 000 000]; a week
             by default, so a restore from a savepoint up to a week old
             replays instead of paying again.
+        max_tokens_per_entity: Tokens (prompt plus completion) one entity may
+            pay for per budget window (``--max_tokens_per_entity``), in
+            [1, 10**12]; past it the activation is a BUDGET dead letter and
+            nothing more is paid for the entity until the window resets
+            (invariant 12). None: no budget.
+        budget_window_ms: The budget window, in event time
+            (``--budget_window_ms``), in [60 000, 31 536 000 000]; a day by
+            default. Windows are aligned to multiples of it.
     """
 
     agent: str
@@ -71,6 +80,8 @@ class AgentConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     call_journal: CallJournalConfig | None = None
     call_journal_ttl_ms: int = DEFAULT_TTL_MS
+    max_tokens_per_entity: int | None = None
+    budget_window_ms: int = DEFAULT_WINDOW_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, str) or ":" not in self.agent:
@@ -90,9 +101,15 @@ class AgentConfig:
                                       ("max_in_flight", "max_in_flight", 1, 10_000),
                                       ("agent_threads", "agent_threads", 1, 10_000),
                                       ("call_journal_ttl_ms", "call_journal_ttl_ms", 60_000,
+                                       31_536_000_000),
+                                      ("budget_window_ms", "budget_window_ms", 60_000,
                                        31_536_000_000)):
             require_int(getattr(self, name), low=low, high=high, field=f"AgentConfig.{name}",
                         name=f"AgentConfig.{name}" + (f" (--{flag})" if flag else ""))
+        if self.max_tokens_per_entity is not None:
+            require_int(self.max_tokens_per_entity, low=1, high=10**12,
+                        field="AgentConfig.max_tokens_per_entity",
+                        name="AgentConfig.max_tokens_per_entity (--max_tokens_per_entity)")
         if self.call_journal is not None and not callable(getattr(self.call_journal, "open",
                                                                     None)):
             raise ConfigError("AgentConfig.call_journal must be a journal config with open(), "

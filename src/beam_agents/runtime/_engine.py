@@ -88,6 +88,12 @@ class KeyCells:
     attempt: StateCell
     retry_at_ms: StateCell
 
+    @classmethod
+    def in_process(cls) -> KeyCells:
+        """Fresh cells held in this process: the batch path's keyed state, and the tests'."""
+        return cls(state=StateCells(ValueCell(), ValueCell(), ValueCell(), ValueCell()),
+                   queue=BagCell(), attempt=ValueCell(), retry_at_ms=ValueCell())
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -231,6 +237,9 @@ class KeyedEngine:
 
     def _apply(self, cells: KeyCells, running: Running, outcome: Committed | Failed,
                now_ms: int) -> list[tuple[Channel, bytes]]:
+        if outcome.budget is not None:
+            # Tokens paid stay paid, whatever became of the activation (invariant 12).
+            cells.state.budget.write(outcome.budget)
         if isinstance(outcome, Committed):
             if outcome.memory is not None:
                 cells.state.memory.write(outcome.memory)
@@ -240,6 +249,18 @@ class KeyedEngine:
             self._dequeue(cells, running.event)
             return [("intents", intent_to_json(intent)) for intent in outcome.intents]
         error = outcome.error
+        if outcome.flow_control:
+            # The provider's quota is out: flow control, not failure (invariant
+            # 11). The key waits the long backoff, as many times as it takes,
+            # and the attempt does not count toward --max_attempts; the worker
+            # meanwhile sends one probe per backoff, never a retry storm.
+            if outcome.llm_cache is not None:
+                cells.state.llm_cache.write(outcome.llm_cache)
+            cells.retry_at_ms.write(
+                now_ms + self._retry.long_delay_ms(error.entity_key, error.seq, running.attempt))
+            self._metrics.inc(NAMESPACE, "suspended")
+            self._metrics.inc(NAMESPACE, "quota_suspended")
+            return []
         if error.retriable and not self._retry.gives_up_after(running.attempt):
             # Suspend: keep what the attempt paid for (invariant 1), and the event.
             if outcome.llm_cache is not None:

@@ -9,6 +9,7 @@ from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.errors import (
     ActivationTimeoutError,
     BeamAgentsError,
+    BudgetExceededError,
     ConfigError,
     EventDecodeError,
     IntentTooLargeError,
@@ -35,6 +36,7 @@ Stage = ErrorRecord.Stage
 _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int], ...] = (
     (StateError, ErrorRecord.STAGE_STATE_CORRUPT),
     (ActivationTimeoutError, ErrorRecord.STAGE_TIMEOUT),
+    (BudgetExceededError, ErrorRecord.STAGE_BUDGET),
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
     ((JournalUnavailable, JournalCorruptError), ErrorRecord.STAGE_JOURNAL),
@@ -92,6 +94,7 @@ def error_record(exc: BaseException, *, stage: int, entity_key: bytes, seq: int,
         seq=seq,
         event=event,
         event_id=event_id,
+        tokens_used=exc.tokens_used if isinstance(exc, BudgetExceededError) else 0,
     )
 
 

@@ -1,6 +1,6 @@
 """What every host shares around the core, written once: its state cells and its input decoder.
 
-A host (the Beam DoFns, the Flink function) binds an entity's three keyed-state
+A host (the Beam DoFns, the Flink function) binds an entity's four keyed-state
 cells (`CELLS`) as `StateCells`, decodes its input with `InputDecoder`, and
 hands both to the `KeyedEngine`, which applies each outcome and routes the
 lines to a `Channel`. Only the binding is engine-specific, so the engines
@@ -22,8 +22,9 @@ from beam_agents.runtime._lines import Oversize
 __all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells"]
 
 #: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
-#: bytes, and the last committed seq (DESIGN's activation protocol).
-CELLS = ("memory", "llm_cache", "seq")
+#: bytes, the last committed seq (DESIGN's activation protocol), and
+#: TokenBudgetBlob bytes, written only under ``--max_tokens_per_entity``.
+CELLS = ("memory", "llm_cache", "seq", "budget")
 
 #: Where a line goes: the intents output or the errors (dead-letter) output.
 Channel = Literal["intents", "errors"]
@@ -43,17 +44,18 @@ class StateCell(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StateCells:
-    """An entity's three cells, bound by the host for the key in scope."""
+    """An entity's four cells, bound by the host for the key in scope."""
 
     memory: StateCell
     llm_cache: StateCell
     seq: StateCell
+    budget: StateCell
 
     def read(self) -> KeyedState:
         """The entity's state as the core takes it."""
         return KeyedState(memory=_as_bytes(self.memory.read()),
                           llm_cache=_as_bytes(self.llm_cache.read()),
-                          seq=self.seq.read() or 0)
+                          seq=self.seq.read() or 0, budget=_as_bytes(self.budget.read()))
 
 
 class InputDecoder:

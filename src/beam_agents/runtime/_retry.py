@@ -57,6 +57,19 @@ class RetryPolicy:
         the same on every call with the same arguments.
         """
         step = min(self.retry_max_ms, self.retry_initial_ms << min(attempt - 1, 40))
-        digest = hashlib.sha256(b"%d:%d:" % (seq, attempt) + entity_key).digest()
-        fraction = int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
-        return max(1, int(step * (0.5 + fraction / 2)))
+        return _jittered(step, entity_key, seq, attempt)
+
+    def long_delay_ms(self, entity_key: bytes, seq: int, attempt: int) -> int:
+        """The wait of a key whose provider's quota is out: `retry_max_ms`, jittered.
+
+        Exhaustion lasts minutes to a day, so the exponential climb from
+        `retry_initial_ms` would only probe it in vain (invariant 11).
+        """
+        return _jittered(self.retry_max_ms, entity_key, seq, attempt)
+
+
+def _jittered(step_ms: int, entity_key: bytes, seq: int, attempt: int) -> int:
+    """`step_ms` scaled into [0.5, 1.0] by a fraction derived from the key, seq and attempt."""
+    digest = hashlib.sha256(b"%d:%d:" % (seq, attempt) + entity_key).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64  # uniform in [0, 1)
+    return max(1, int(step_ms * (0.5 + fraction / 2)))

@@ -54,6 +54,27 @@ def test_a_bad_flag_value_names_the_flag_without_a_traceback(
     assert line.startswith("beam-agents: AgentConfig.max_in_flight (--max_in_flight)")
 
 
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--model_max_rps", "0"),
+    ("--model_max_rps", "-5"),
+    ("--model_max_tpm", "0"),
+    ("--model_max_tpm", "-1000"),
+    ("--model_price_in_per_mtok", "cheap"),
+    ("--model_price_out_per_mtok", "-1"),
+    ("--model_quota", "0"),
+    ("--max_tokens_per_entity", "0"),
+    ("--max_tokens_per_entity", "lots"),
+    ("--budget_window_ms", "5"),
+])
+def test_a_bad_limit_or_price_is_one_line_naming_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    """A zero or negative limit, or a price that is not a number, fails before anything runs."""
+    assert main(run_args(tmp_path, flag, value)) == 2
+    [line] = error_lines(capsys)
+    assert f"({flag})" in line or f"{flag} " in line, line
+    assert not (tmp_path / "intents.jsonl").exists()
+
+
 def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--debug", *run_args(tmp_path, "--runner", "NoSuchRunner")]) == 2
     err = capsys.readouterr().err

@@ -224,14 +224,13 @@ def test_the_backoff_grows_is_capped_and_is_the_same_every_time() -> None:
 
 def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> None:
     """A key restored or committed elsewhere while its activation ran keeps its own state."""
-    from beam_agents.runtime import BagCell, KeyCells, StateCells, ValueCell  # noqa: PLC0415
+    from beam_agents.runtime import KeyCells  # noqa: PLC0415
 
     metrics = RecordingMetrics()
     config = AgentConfig(agent="tests.agents:counter")
     with start_runtime(config, metrics=metrics) as runtime:
         engine = KeyedEngine.over(runtime)
-        cells = KeyCells(state=StateCells(ValueCell(), ValueCell(), ValueCell()),
-                         queue=BagCell(), attempt=ValueCell(), retry_at_ms=ValueCell())
+        cells = KeyCells.in_process()
         first = event("k", 1)
         engine.offer("k", cells, first, 0)
         assert engine.scheduler.running("k") is not None

@@ -21,12 +21,9 @@ from beam_agents.model import ModelRequest
 from beam_agents.runtime import (
     AgentConfig,
     AgentEvent,
-    BagCell,
     KeyCells,
     KeyedEngine,
     RetryPolicy,
-    StateCells,
-    ValueCell,
 )
 from beam_agents.testing import ScriptedModel
 
@@ -38,8 +35,7 @@ def _clock() -> int:
 
 
 def _cells() -> KeyCells:
-    return KeyCells(state=StateCells(ValueCell(), ValueCell(), ValueCell()), queue=BagCell(),
-                    attempt=ValueCell(), retry_at_ms=ValueCell())
+    return KeyCells.in_process()
 
 
 def _event(n: int) -> bytes:
