@@ -49,6 +49,9 @@ def test_flink_run_submits_the_template_to_a_standalone_cluster(
     reported = _reported_counters(Path(env["FLINK_LOG_DIR"]), "flink-run-test")
     assert reported.get("beam_agents_runtime.activations", 0) > 0, reported
     assert reported.get("beam_agents_model.provider_calls", 0) > 0, reported
+    # Tokens are Flink metrics too: the local model reports usage on every call.
+    assert reported.get("beam_agents_model.tokens_in", 0) > 0, reported
+    assert reported.get("beam_agents_model.tokens_out", 0) > 0, reported
 
 
 def _reported_counters(log_dir: Path, job_name: str) -> dict[str, int]:
