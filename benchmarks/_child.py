@@ -29,6 +29,7 @@ MODULES = {
     "B6": "benchmarks.b6_latency",
     "B7": "benchmarks.b7_journal",
     "B8": "benchmarks.b8_paid_calls",
+    "B9": "benchmarks.b9_quota",
 }
 
 

@@ -168,6 +168,23 @@ def _b8(result: Mapping[str, Any], ax: Axes) -> None:
     ax.set_title("B8 paid model calls under faults")
 
 
+def _b9(result: Mapping[str, Any], ax: Axes) -> None:
+    cases = list(result["cases"].items())
+    xs = range(len(cases))
+    shares = [case["share"] or 0.0 for _, case in cases]
+    bars = ax.bar(list(xs), shares, color="#1f77b4", label="share of the quota after warm-up")
+    ax.bar_label(bars, labels=[f"{share:.2f}\n{100 * case['rate_429_after_warm_up']:.1f} % 429"
+                               for share, (_, case) in zip(shares, cases, strict=True)],
+                 fontsize=8)
+    ax.axhline(result["target"], color="#d62728", ls=":", label=f"target {result['target']}")
+    ax.set_xticks(list(xs), [f"Q={case['rps']}/s\n{case['workers']} worker(s)"
+                             for _, case in cases])
+    ax.set_ylabel("requests served / quota")
+    ax.set_ylim(0, 1.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("B9 quota utilisation, learned from 429s (no static limit)")
+
+
 def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
     """Draw a figure for every benchmark present in `results`; returns the files written."""
     written = []
@@ -179,7 +196,8 @@ def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
             (_b3 if name == "B3" else _b6)(results[name], (pair[0], pair[1]))
         else:
             fig, ax = plt.subplots(figsize=(8, 4.2))
-            draw = {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B7": _b7, "B8": _b8}[name]
+            draw = {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B7": _b7, "B8": _b8,
+                    "B9": _b9}[name]
             draw(results[name], ax)
         fig.tight_layout()
         path = out / filename
