@@ -66,7 +66,7 @@ DECREASE = 0.8
 INCREASE_PER_S = 0.005
 #: The growth doubles every this many seconds without a 429, up to `MAX_DOUBLINGS` times.
 DOUBLING_S = 5.0
-MAX_DOUBLINGS = 5.0
+MAX_DOUBLINGS = 10.0
 #: The slowest learned rate, in requests per second.
 MIN_RATE = 0.01
 #: The window over which the first cut measures the delivered rate, in seconds.
@@ -206,7 +206,7 @@ class ProviderAdmission:
         self._rate = start  # the learned rate, which the spacing follows
         self._unpaced = max_rps is None  # until the first 429
         self._slow_start = max_rps is None  # until the second
-        self._scale = start  # what the growth step is a share of: the rate of the first cut
+        self._scale = start  # what the growth step is a share of: the rate set by the last cut
         self._tokens = AsyncLimiter(max_tpm, 60.0) if max_tpm is not None else None
         self._max_tpm = max_tpm
         self._token_debt = 0.0
@@ -218,6 +218,7 @@ class ProviderAdmission:
         self._last_cut_at = -math.inf
         self._cut_pending = False
         self._recent: deque[Ticket] = deque()
+        self._slow_start_at = -math.inf
         self._exhausted = False
         self._probe_at = 0.0
         self._probing = False
@@ -396,19 +397,28 @@ class ProviderAdmission:
             ok = sum(1 for t in self._recent
                      if start <= t.admitted_at <= self._last_cut_at and t.outcome == "ok")
             self._recent.clear()
-            rate = self._scale = max(INITIAL_RATE, DECREASE * ok / DELIVERY_WINDOW_S)
+            self._slow_start_at = now
+            rate = max(INITIAL_RATE, DECREASE * ok / DELIVERY_WINDOW_S)
         elif self._slow_start:
+            # The window is the slow start's own, however short: a worker that
+            # joined a quota others already fill meets its next 429 quickly.
             self._slow_start = False
-            start = self._last_cut_at - DELIVERY_WINDOW_S
+            start = max(self._last_cut_at - DELIVERY_WINDOW_S, self._slow_start_at)
             window = [t for t in self._recent if start <= t.admitted_at <= self._last_cut_at]
             self._recent.clear()
             ok = sum(1 for t in window if t.outcome == "ok")
             limited = sum(1 for t in window if t.outcome == "limited")
-            if ok:  # else nothing got through: the plain cut is all there is to go on
-                sent_rate = len(window) / DELIVERY_WINDOW_S
+            span = self._last_cut_at - start
+            if ok and span > 0:  # else nothing got through: the plain cut is all there is
+                sent_rate = len(window) / span
                 rate = DECREASE * min(self._rate, sent_rate * ok / (ok + limited))
-            self._scale = max(MIN_RATE, rate)
-        self._set_rate(max(MIN_RATE, rate))
+        rate = max(MIN_RATE, rate)
+        # The growth step is a share of the rate the cut left, not of a fixed
+        # one: a worker's 429s come in proportion to its rate, so growth in
+        # proportion too makes every worker settle on the same rate, however
+        # differently they started (a worker that joined late included).
+        self._scale = rate
+        self._set_rate(rate)
 
     def _set_rate(self, rate: float) -> None:
         """Learn `rate`, under the ceiling; the spacing follows at once."""

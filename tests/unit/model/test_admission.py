@@ -316,6 +316,31 @@ def test_two_workers_sharing_one_quota_use_it_together_with_no_coordination(
     assert min(shares) == max(shares)  # both finished all their calls
 
 
+def test_a_worker_that_joins_a_quota_another_fills_still_gets_its_share(virtual: Any) -> None:
+    """The second worker starts 2 s late, into a bucket the first keeps empty.
+
+    Its slow start meets a 429 within a fraction of a second, so it measures
+    what it was delivered over that fraction, and growth in proportion to the
+    rate makes both settle alike: equal work ends at about the same time.
+    """
+    account = Account(20)
+    admissions = [ProviderAdmission(), ProviderAdmission()]
+
+    async def worker(index: int) -> None:
+        await asyncio.sleep(2.0 * index)
+        await asyncio.gather(*(calls(admissions[index], account, 16, worker=index)
+                               for _ in range(64)))
+
+    async def both() -> None:
+        await asyncio.gather(worker(0), worker(1))
+
+    virtual(both())
+    ends = [max(t for t, w in account.ok if w == index) for index in (0, 1)]
+    assert min(ends) / max(ends) >= 0.8, ends
+    used, _ = steady(account)
+    assert used >= 0.9
+
+
 def test_a_worker_that_has_capacity_left_over_does_not_grow_its_rate(virtual: Any) -> None:
     """Growth only while the pacer binds: idle capacity says nothing about the quota."""
     admission = ProviderAdmission(max_rps=100)
