@@ -16,8 +16,8 @@ The server keeps the books. Measured, per case:
   percentile of the answers is in or, with two workers, when the first of
   them has its last answer (what is measured is the quota they shared);
 * **429 rate**: 429s over requests in the same window, and over the whole run;
-* **converged_s**: seconds from the first request until every later 3 s
-  window of the steady part serves >= 0.9 Q;
+* **converged_s**: seconds from the first request to the last 429 of the
+  warm-up (the first one followed by 8 s without a 429);
 * **run_share**: the ideal time (calls / Q) over the whole run's, start-up
   of the runner and, with two workers, the one left alone at the end included;
 * **early**: requests that came back inside a Retry-After (0 is the only
@@ -31,6 +31,7 @@ is >= 0.9 with <= 1 % 429s after warm-up in every case.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -74,22 +75,22 @@ def _worker(folder: Path, server: QuotaServer, name: str, per_key: int) -> subpr
                             stderr=subprocess.PIPE, text=True)
 
 
-def _converged_s(stats: QuotaStats, end_s: float, window_s: float = 3.0) -> float | None:
-    """Seconds from the first request until every later `window_s` serves >= 0.9 Q.
+def _converged_s(stats: QuotaStats, quiet_s: float = 8.0) -> float | None:
+    """Seconds from the first request to the last 429 of the warm-up, or None.
 
-    Windows start every 0.25 s up to `end_s` (the end of the steady part); the
-    first second's burst out of a full bucket does not count as converged.
+    The warm-up's 429s come in clusters (the unpaced burst, then the slow
+    start's overshoot); it ends at the first 429 followed by `quiet_s`
+    without one. None: the 429s never thinned out to fewer than one per
+    `quiet_s`, the rate kept probing past the quota.
     """
-    ok = sorted(stats.ok_times)
-    first = min([*ok, *stats.limited_times])
-    starts = [first + 0.25 * step for step in range(int((end_s - window_s - first) / 0.25) + 1)]
-    converged = None
-    for start in reversed(starts):
-        served = sum(1 for t in ok if start <= t < start + window_s)
-        if served < TARGET_SHARE * stats.rps * window_s:
-            break
-        converged = start
-    return None if converged is None else round(converged - first, 2)
+    limited = sorted(stats.limited_times)
+    if not limited:
+        return None
+    first = min(limited[0], *stats.ok_times)
+    for at, after in zip(limited, [*limited[1:], math.inf], strict=True):
+        if after - at >= quiet_s:
+            return round(at - first, 2)
+    return None
 
 
 def _measure(stats: QuotaStats, workers: int) -> dict[str, Any]:
@@ -106,11 +107,12 @@ def _measure(stats: QuotaStats, workers: int) -> dict[str, Any]:
         "rate_429_after_warm_up": round(refused / max(1, served + refused), 4),
         "rate_429_overall": round(stats.rate_limited / max(1, stats.requests), 4),
         "window_s": [round(start, 2), round(end, 2)],
-        "converged_s": _converged_s(stats, end),
+        "converged_s": _converged_s(stats),
         "requests": stats.requests,
         "served": stats.ok,
         "rate_limited": stats.rate_limited,
         "early": stats.early,
+        "rate_limited_at_s": [round(t, 2) for t in stats.limited_times],
     }
 
 
