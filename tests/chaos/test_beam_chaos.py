@@ -88,6 +88,7 @@ class SeededAgentDoFn(AgentDoFn):
         memory: Any = _PARAMS["memory"].default,
         llm_cache: Any = _PARAMS["llm_cache"].default,
         seq: Any = _PARAMS["seq"].default,
+        budget: Any = _PARAMS["budget"].default,
         queue: Any = _PARAMS["queue"].default,
         attempt: Any = _PARAMS["attempt"].default,
         retry_at: Any = _PARAMS["retry_at"].default,
@@ -100,8 +101,8 @@ class SeededAgentDoFn(AgentDoFn):
             memory.write(blob)
             seq.write(committed_seq)
         SEEN[key].append((memory.read(), seq.read()))
-        return super().process(element, memory, llm_cache, seq, queue, attempt, retry_at,
-                               wake, end_of_input)
+        return super().process(element, memory, llm_cache, seq, budget, queue, attempt,
+                               retry_at, wake, end_of_input)
 
 
 def stream_of(batches: Iterable[list[AgentEvent]]) -> EventStream:
