@@ -94,17 +94,10 @@ def _converged_s(stats: QuotaStats, quiet_s: float = 8.0) -> float | None:
 
 
 def _measure(stats: QuotaStats, workers: int) -> dict[str, Any]:
-    ok = sorted(stats.ok_times)
-    limited = stats.limited_times
-    start = (min(limited) if limited else ok[0]) + WARM_UP_S
-    end = ok[int(len(ok) * 0.95)]
-    if workers > 1:
-        end = min(end, *stats.last_ok_by_key.values())
-    served = sum(1 for t in ok if start <= t < end)
-    refused = sum(1 for t in limited if start <= t < end)
+    start, end = stats.steady_window(WARM_UP_S, shared=workers > 1)
     return {
         "share": round(stats.utilisation(start, end), 4) if end > start else None,
-        "rate_429_after_warm_up": round(refused / max(1, served + refused), 4),
+        "rate_429_after_warm_up": round(stats.refused_share(start, end), 4),
         "rate_429_overall": round(stats.rate_limited / max(1, stats.requests), 4),
         "window_s": [round(start, 2), round(end, 2)],
         "converged_s": _converged_s(stats),

@@ -142,6 +142,28 @@ class QuotaStats:
     billed_calls: tuple[tuple[str, int, int], ...] = ()
     last_ok_by_key: dict[str, float] = field(default_factory=dict)
 
+    def steady_window(self, warm_up_s: float = 5.0, *,
+                      shared: bool = False) -> tuple[float, float]:
+        """The steady part of a finite run: from the first 429 + `warm_up_s` (else the
+        first answer) to when the 95th percentile of the answers is in.
+
+        The tail of a finite run, keys with their last events, cannot fill the
+        quota. With `shared`, it ends sooner if an API key (a worker) has its
+        last answer first: what is measured is the quota the workers shared.
+        """
+        ok = sorted(self.ok_times)
+        start = (min(self.limited_times) if self.limited_times else ok[0]) + warm_up_s
+        end = ok[int(len(ok) * 0.95)]
+        if shared:
+            end = min(end, *self.last_ok_by_key.values())
+        return start, end
+
+    def refused_share(self, start_s: float, end_s: float) -> float:
+        """429s over requests (served or refused) that arrived in ``[start_s, end_s)``."""
+        served = sum(1 for t in self.ok_times if start_s <= t < end_s)
+        refused = sum(1 for t in self.limited_times if start_s <= t < end_s)
+        return refused / max(1, served + refused)
+
     def utilisation(self, start_s: float, end_s: float) -> float:
         """The share of the quota used in ``[start_s, end_s)``.
 

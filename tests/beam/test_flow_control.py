@@ -44,7 +44,7 @@ def write_events(path: Path, *, keys: int, per_key: int, prefix: str = "c") -> i
 
 
 def flags(tmp_path: Path, server: QuotaServer, *extra: str, provider: str = "openai",
-          key: str = "k1", events: Path | None = None, out: str = "out") -> list[str]:
+          events: Path | None = None, out: str = "out") -> list[str]:
     return ["--input_files", str(events or tmp_path / "events.jsonl"),
             "--output_path", str(tmp_path / out / "intents.jsonl"),
             "--errors_path", str(tmp_path / out / "errors.jsonl"),
@@ -73,21 +73,9 @@ def outputs(tmp_path: Path, out: str = "out") -> tuple[list[str], list[str]]:
 
 
 def after_warm_up(stats: QuotaStats, *, shared: bool = False) -> tuple[float, float]:
-    """The share of the quota used and of requests refused, from the first 429 + 5 s.
-
-    The steady part ends when the 95th percentile of the answers is in: the
-    tail of a finite run, keys with their last events, cannot fill the quota.
-    With `shared`, it ends sooner if a worker (an API key) finishes first:
-    what is measured is the quota the workers shared.
-    """
-    ok = sorted(stats.ok_times)
-    start = min(stats.limited_times) + WARM_UP_S
-    end = ok[int(len(ok) * 0.95)]
-    if shared:
-        end = min(end, *stats.last_ok_by_key.values())
-    served = sum(1 for t in ok if start <= t < end)
-    refused = sum(1 for t in stats.limited_times if start <= t < end)
-    return stats.utilisation(start, end), refused / (served + refused)
+    """The share of the quota used and of requests refused in the steady part of the run."""
+    start, end = stats.steady_window(WARM_UP_S, shared=shared)
+    return stats.utilisation(start, end), stats.refused_share(start, end)
 
 
 def test_one_worker_at_a_quota_uses_it_with_few_429s_an_idle_breaker_and_no_loss(
