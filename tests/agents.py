@@ -189,3 +189,9 @@ async def spender(ctx: AgentContext) -> None:
         [{"role": "user", "content": f"{ctx.entity_key.decode()} turn {turn}"}],
         max_tokens=10)).text for turn in range(turns)]
     ctx.emit("spent", {"turns": turns, "answers": answers})
+
+
+def reply_once(ctx: AgentContext) -> None:
+    """One model call and exactly one intent per event: outcomes count events one to one."""
+    reply = ctx.model.complete([{"role": "user", "content": ctx.payload.decode()}])
+    ctx.emit("reply", {"text": reply.text, "seq": ctx.seq})

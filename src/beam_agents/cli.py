@@ -29,7 +29,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from beam_agents.errors import BeamAgentsError, EventDecodeError
+from beam_agents.errors import BeamAgentsError, ConfigError, EventDecodeError
 from beam_agents.model import ModelConfig
 from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
 
@@ -122,6 +122,37 @@ def _redrive(path: str, output: str | None) -> int:
         print(f"wrote {len(lines)} input line(s) to {output}", file=sys.stderr)
     else:
         sys.stdout.buffer.write(data)
+    return 0
+
+
+def _redrive_subscription(parsed: argparse.Namespace) -> int:
+    """Pull dead letters from a subscription and publish their events to an input topic.
+
+    A message is acknowledged only after its events were published, so a
+    redrive stopped half way loses nothing and the rest stays in the
+    subscription. A record that holds only a prefix of its event is left
+    there, unacknowledged, and named on stderr.
+    """
+    if not (parsed.subscription and parsed.topic) or parsed.file or parsed.output:
+        raise ConfigError("redrive from Pub/Sub takes --subscription and --topic, and no file "
+                          "or --output", field="subscription")
+    from beam_agents.beam._pubsub import redrive_subscription  # noqa: PLC0415 - gcp extra
+
+    def convert(data: bytes) -> list[bytes] | None:
+        record = error_from_json(data)
+        if not redrivable(record):
+            print(f"left in the subscription: an event of {record.event_bytes} bytes over the "
+                  f"size limit; find it at the source by its sha256 "
+                  f"{record.event_sha256.hex()}", file=sys.stderr)
+            return None
+        return redrive_lines([record])
+
+    found = redrive_subscription(parsed.subscription, parsed.topic, convert,
+                                 dry_run=parsed.dry_run)
+    verb = "would redrive" if parsed.dry_run else "redrove"
+    print(f"{verb} {found.redriven} dead letter(s) from {parsed.subscription} to "
+          f"{parsed.topic}; {found.left} left in the subscription (over the size limit)",
+          file=sys.stderr)
     return 0
 
 
@@ -236,14 +267,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     actions = errors.add_subparsers(dest="action", required=True)
     show = actions.add_parser("show", help="render a dead-letter JSONL file for a person")
     show.add_argument("file")
-    redrive = actions.add_parser("redrive", help="turn dead letters back into input lines")
-    redrive.add_argument("file")
+    redrive = actions.add_parser(
+        "redrive", help="turn dead letters back into input: a file into input lines, or an "
+        "errors subscription into messages on an input topic")
+    redrive.add_argument("file", nargs="?", help="a dead-letter JSONL file")
     redrive.add_argument("-o", "--output", help="write here instead of stdout")
+    redrive.add_argument("--subscription", help="read dead letters from this Pub/Sub "
+                         "subscription (projects/P/subscriptions/S) instead of a file")
+    redrive.add_argument("--topic", help="with --subscription: publish them to this input "
+                         "topic (projects/P/topics/T)")
+    redrive.add_argument("--dry_run", action="store_true", help="with --subscription: count "
+                         "what would be redriven; publish and acknowledge nothing")
     if args[:1] == ["run"]:
         return _guarded(lambda: _run(args[1:]), debug=debug)
     parsed = parser.parse_args(args)
     if parsed.action == "show":
         return _guarded(lambda: _show(parsed.file), debug=debug)
+    if parsed.subscription or parsed.topic:
+        return _guarded(lambda: _redrive_subscription(parsed), debug=debug)
+    if not parsed.file:
+        parser.error("errors redrive: give a dead-letter file, or --subscription and --topic")
     return _guarded(lambda: _redrive(parsed.file, parsed.output), debug=debug)
 
 

@@ -16,7 +16,10 @@ the files do not depend on the input's order or the runner's (invariant 10).
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +34,7 @@ from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._host import ProviderFactory
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
+from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
@@ -95,7 +99,11 @@ def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) 
 def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
            label: str) -> None:
     if topic:
-        _ = lines | f"Publish{label}" >> beam.io.WriteToPubSub(topic=topic)
+        # Attributes name the key, the event and (dead letters) the stage, so a
+        # subscriber can filter without parsing the body.
+        _ = (lines
+             | f"Attributes{label}" >> beam.Map(to_message(label.lower()))
+             | f"Publish{label}" >> beam.io.WriteToPubSub(topic=topic, with_attributes=True))
     if path:
         # One file, its lines sorted: the same input in any order, on any
         # runner, writes the same bytes. A file sink needs a bounded input.
@@ -154,12 +162,59 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
 
 
 def run(argv: list[str] | None = None, *, progress_every: int = 0) -> Any:
-    """Build and run the pipeline from command-line flags; returns the PipelineResult."""
+    """Build and run the pipeline from command-line flags; returns the PipelineResult.
+
+    A streaming run on the local runner stops cleanly: the first SIGINT or
+    SIGTERM stops its pulls, and the run ends once every message it pulled
+    has ended as an intent or a dead letter (see `LocalSubscriptionReads`);
+    a second one abandons them.
+    """
     options = PipelineOptions(argv)
-    if options.view_as(AgentPipelineOptions).input_subscription:
+    opts = options.view_as(AgentPipelineOptions)
+    if opts.input_subscription:
         options.view_as(StandardOptions).streaming = True
     pipeline = Pipeline(options=options)
     build_pipeline(pipeline, options, progress_every=progress_every)
-    result = pipeline.run()
-    result.wait_until_finish()
+    if not (opts.input_subscription and _runs_locally(options)):
+        result = pipeline.run()
+        result.wait_until_finish()
+        return result
+    reads = LocalSubscriptionReads()
+    reads.install()
+    try:
+        with _stopping_on_signals(reads):
+            result = pipeline.run()
+            result.wait_until_finish()
+    finally:
+        reads.uninstall()
     return result
+
+
+def _runs_locally(options: PipelineOptions) -> bool:
+    runner = options.view_as(StandardOptions).runner
+    return runner is None or str(runner).removesuffix("Runner").removesuffix("Direct") in (
+        "", "BundleBased", "Switching")
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(reads: LocalSubscriptionReads) -> Iterator[None]:
+    """SIGINT/SIGTERM stop `reads` once; the next one interrupts as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(number: int, _frame: Any) -> None:
+        for restored, handler in saved.items():
+            signal.signal(restored, handler)
+        reads.stop()
+        print(f"\n  {signal.Signals(number).name}: no more pulls; finishing the messages "
+              "already pulled (again to abandon them)", file=sys.stderr, flush=True)
+
+    for number in saved:
+        signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
