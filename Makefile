@@ -2,6 +2,13 @@
 PYTHON ?= python3.11
 VENV   := .venv
 LATEST := .venv-beam-latest
+# The Beam-latest line runs what the Dataflow image runs: the Beam pinned in
+# templates/dataflow/beam-version.txt, on Python $(LATEST_PY) (the Dockerfile's
+# python:3.13-slim). Without a working python3.13 (an unset pyenv shim does not
+# count) it falls back to $(PYTHON); the rule says which one it uses.
+LATEST_PY     := 3.13
+LATEST_PYTHON := $(or $(shell for p in python$(LATEST_PY) "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$(LATEST_PY)*/bin/python$(LATEST_PY); do "$$p" -c 'import sys; print(sys.executable)' 2>/dev/null && break; done),$(PYTHON))
+BEAM_VERSION  := $(shell cat templates/dataflow/beam-version.txt)
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
@@ -13,11 +20,14 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(VENV)/bin/$(PIP) -e '.[dev]'
 	touch $@
 
-# The Beam-latest line (what Dataflow runs), without Flink.
-$(LATEST)/.installed: pyproject.toml setup.py
-	test -x $(LATEST)/bin/python || $(PYTHON) -m venv $(LATEST)
-	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'pytest>=8' 'pytest-timeout>=2.3' 'hypothesis>=6.100' \
-	    'looptime>=0.9'
+# The Beam-latest line (what Dataflow runs), without Flink: exactly the image's
+# Beam, on LATEST_PYTHON; a venv of another Python is recreated.
+$(LATEST)/.installed: pyproject.toml setup.py templates/dataflow/beam-version.txt
+	@$(LATEST_PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; print("Beam-latest line: apache-beam[gcp]==$(BEAM_VERSION) on Python", sys.version.split()[0], sys.executable + ("" if v == "$(LATEST_PY)" else " (no python$(LATEST_PY) found; the Dataflow image runs $(LATEST_PY))"))'
+	test "$$($(LATEST)/bin/python -c 'import sys; print(sys.version_info[:2])' 2>/dev/null)" = \
+	    "$$($(LATEST_PYTHON) -c 'import sys; print(sys.version_info[:2])')" || $(LATEST_PYTHON) -m venv --clear $(LATEST)
+	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'apache-beam[gcp]==$(BEAM_VERSION)' 'pytest>=8' \
+	    'pytest-timeout>=2.3' 'hypothesis>=6.100' 'looptime>=0.9'
 	touch $@
 
 # checkov pins dependencies that clash with apache-beam, so it gets its own env.
