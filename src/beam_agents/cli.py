@@ -203,13 +203,20 @@ def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
 
     counters: Counter[tuple[str, str]] = Counter()
     peaks: dict[tuple[str, str], int] = {}
-    found = result.metrics().query(MetricsFilter())  # type: ignore[attr-defined]
-    for item in found["counters"]:
-        counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
-    for item in found["distributions"]:
-        key = (item.key.metric.namespace, item.key.metric.name)
-        if item.committed is not None:
-            peaks[key] = max(peaks.get(key, 0), item.committed.max)
+    tally = getattr(result, "beam_agents_tally", None)  # a local streaming run's own count
+    if tally is not None:
+        for key, value in tally.counters.items():
+            counters[tuple(key.split(":", 1))] += value
+        peaks.update({tuple(key.split(":", 1)): value
+                      for key, value in tally.peaks.items()})
+    else:
+        found = result.metrics().query(MetricsFilter())  # type: ignore[attr-defined]
+        for item in found["counters"]:
+            counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
+        for item in found["distributions"]:
+            key = (item.key.metric.namespace, item.key.metric.name)
+            if item.committed is not None:
+                peaks[key] = max(peaks.get(key, 0), item.committed.max)
     events = counters[("beam_agents.runtime", "events")]
     print("summary")
     for label, namespace, name in SUMMARY_COUNTERS:

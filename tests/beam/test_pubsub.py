@@ -216,6 +216,12 @@ def test_a_run_stopped_mid_stream_ends_what_it_pulled_and_leaves_the_rest(emulat
     assert len(ended) + len(left) == len(events), output[-3000:]
     assert {json.loads(m.data)["event_id"] for m in left}.isdisjoint(ended)
     assert "no more pulls" in output
+    last = [line for line in output.splitlines() if line.startswith("progress ")][-1]
+    figures = dict(part.split("=") for part in last.split()[1:])
+    assert int(figures["pulled"]) == int(figures["ended"]) == len(ended), last
+    assert figures["in_flight"] == figures["queued"] == "0", last
+    committed = next(line for line in output.splitlines() if "activations committed" in line)
+    assert int(committed.split()[-1]) == len(ended), committed  # timers' counts included
 
 
 def test_redrive_puts_dead_letters_back_on_the_input_topic_and_dry_run_counts_them(

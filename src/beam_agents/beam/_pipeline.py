@@ -32,10 +32,11 @@ from apache_beam.transforms import combiners
 from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._host import ProviderFactory
-from beam_agents.beam._metrics import BeamMetrics
+from beam_agents.beam._metrics import BeamMetrics, local_tally
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
 from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
+from beam_agents.metrics import RecordingMetrics
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,
@@ -167,27 +168,71 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0) -> Any:
     A streaming run on the local runner stops cleanly: the first SIGINT or
     SIGTERM stops its pulls, and the run ends once every message it pulled
     has ended as an intent or a dead letter (see `LocalSubscriptionReads`);
-    a second one abandons them.
+    a second one abandons them. With `progress_every`, it reports a
+    ``progress`` line on stderr each second instead of a count of events read.
     """
     options = PipelineOptions(argv)
     opts = options.view_as(AgentPipelineOptions)
     if opts.input_subscription:
         options.view_as(StandardOptions).streaming = True
+    local_stream = bool(opts.input_subscription) and _runs_locally(options)
     pipeline = Pipeline(options=options)
-    build_pipeline(pipeline, options, progress_every=progress_every)
-    if not (opts.input_subscription and _runs_locally(options)):
+    build_pipeline(pipeline, options, progress_every=0 if local_stream else progress_every)
+    if not local_stream:
         result = pipeline.run()
         result.wait_until_finish()
         return result
     reads = LocalSubscriptionReads()
     reads.install()
     try:
-        with _stopping_on_signals(reads):
+        with _stopping_on_signals(reads), local_tally() as tally:
             result = pipeline.run()
-            result.wait_until_finish()
+            with _reporting(tally, reads, every_s=1.0 if progress_every else 0.0):
+                result.wait_until_finish()
     finally:
         reads.uninstall()
+    # What the summary reads in place of result.metrics() (see `local_tally`).
+    setattr(result, "beam_agents_tally", tally)  # noqa: B010
     return result
+
+
+@contextlib.contextmanager
+def _reporting(tally: RecordingMetrics, reads: LocalSubscriptionReads, *,
+               every_s: float) -> Iterator[None]:
+    """Print ``progress pulled=… events=… ended=… in_flight=… queued=…`` every `every_s`.
+
+    One whole line each time, so a person can watch it and a driver can
+    parse it: messages pulled, events decoded, events ended (committed or
+    dead-lettered), activations running, and events queued in keyed state.
+    """
+    if not every_s:
+        yield
+        return
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(every_s):
+            print(_progress_line(tally, reads.pulled), file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=report, name="beam-agents-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        print(_progress_line(tally, reads.pulled), file=sys.stderr, flush=True)
+
+
+def _progress_line(tally: RecordingMetrics, pulled: int) -> str:
+    def count(name: str) -> int:
+        return tally.get("beam_agents.runtime", name)
+
+    ended = count("committed") + sum(
+        value for key, value in list(tally.counters.items())
+        if key.startswith("beam_agents.runtime:errors_"))
+    return (f"progress pulled={pulled} events={count('events')} ended={ended} "
+            f"in_flight={count('in_flight')} queued={count('queued')}")
 
 
 def _runs_locally(options: PipelineOptions) -> bool:

@@ -104,6 +104,12 @@ class LocalSubscriptionReads:
     def __init__(self) -> None:
         self._stopped = threading.Event()
         self._saved: dict[str, Any] = {}
+        self._pulled = 0
+
+    @property
+    def pulled(self) -> int:
+        """Messages pulled (and so acknowledged) since `install`."""
+        return self._pulled
 
     @property
     def stopped(self) -> bool:
@@ -127,7 +133,11 @@ class LocalSubscriptionReads:
         stopped = self._stopped
 
         def read(reader: Any, timestamp_attribute: str | None) -> list[tuple[Any, Any]]:
-            return [] if stopped.is_set() else list(_pull(reader._sub_name, timestamp_attribute))
+            if stopped.is_set():
+                return []
+            pulled = list(_pull(reader._sub_name, timestamp_attribute))
+            self._pulled += len(pulled)  # one reader thread at a time per source
+            return pulled
 
         def finish_bundle(reader: Any) -> Any:
             if stopped.is_set():
