@@ -12,7 +12,7 @@ BEAM_VERSION  := $(shell cat templates/dataflow/beam-version.txt)
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test lint protos demo bench fuzz mutate clean
+.PHONY: test envs lint protos demo demo-streaming soak bench fuzz mutate clean
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -46,7 +46,14 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src benchmarks
 
-test: lint $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+# Every environment the suite needs. They are independent, so `test` builds
+# them side by side: on a bare machine that is most of its set-up time.
+ENVS := $(VENV)/.installed $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+envs: $(ENVS)
+
+test:
+	$(MAKE) --no-print-directory -j4 envs
+	$(MAKE) --no-print-directory lint
 	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
 	$(LATEST)/bin/python -m pytest tests/unit/memory tests/unit/model tests/unit/runtime tests/beam
 
@@ -71,6 +78,20 @@ demo: $(VENV)/.installed
 	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"
+
+# The main job through Pub/Sub: the official emulator, a streaming run on its
+# input subscription, examples/events.jsonl published at 50 lines/s, a live
+# line (events/s, in flight, queued, p50/p99 publish -> outcome), then SIGINT,
+# the run's summary and the driver's count. See docs/streaming.md.
+demo-streaming: $(VENV)/.installed
+	$(VENV)/bin/python -m tools.streaming.demo
+
+# A 10-minute streaming soak at 15 events/s (what the local runner sustains
+# here with both emulators on two cores; see docs/streaming.md) with a 503
+# burst, a 429 quota, a Firestore restart and a SIGKILLed run on a schedule;
+# writes benchmarks/results/soak.json and docs/soak.png. See docs/streaming.md.
+soak: $(VENV)/.installed
+	$(VENV)/bin/python -m tools.streaming.soak --duration_s 600 --rate 15
 
 # The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
 bench: $(VENV)/.installed

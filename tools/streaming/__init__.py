@@ -1,0 +1,1 @@
+"""Streaming drivers: `make demo-streaming` and `make soak` over the Pub/Sub emulator."""
