@@ -147,10 +147,11 @@ class Outcomes:
 
 
 def _await_outcomes(route: Route, process: subprocess.Popen[str], expected: int, *,
-                    timeout_s: float = 120) -> Outcomes:
-    outcomes = Outcomes()
+                    timeout_s: float = 120, outcomes: Outcomes | None = None) -> Outcomes:
+    outcomes = outcomes or Outcomes()
+    goal = outcomes.count + expected
     deadline = time.monotonic() + timeout_s
-    while outcomes.count < expected and time.monotonic() < deadline:
+    while outcomes.count < goal and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()[0][-3000:]
         outcomes.collect(route)
     return outcomes
@@ -161,14 +162,22 @@ def test_every_published_message_comes_out_as_an_intent_or_a_dead_letter_with_at
     route = Route(emulator)
     keys = [f"c{k}" for k in range(4)]
     good = [_event(key, n) for n in range(5) for key in keys]  # each key in event-time order
-    process = _start(route, "--model_latency_ms", "20")
-    for line in good[:10] + HOSTILE + good[10:]:
+    process = _start(route, "--model_latency_ms", "20", "--model_outage", "2:2",
+                     "--retry_initial_ms", "5", "--retry_max_ms", "10")
+    for line in good[:10]:
+        route.publish(line)
+    outcomes = _await_outcomes(route, process, 10)
+    time.sleep(2)  # the run goes quiet: the local runner tears its DoFns down
+    for line in HOSTILE + good[10:]:
         route.publish(line)
     route.publish(b"", note="an empty body")
     published = len(good) + len(HOSTILE) + 1
-    outcomes = _await_outcomes(route, process, published)
+    outcomes = _await_outcomes(route, process, published - outcomes.count, outcomes=outcomes)
     output = _stop(process)
     outcomes.collect(route)
+    # One runtime for the whole run: the outage (calls 2 and 3) happened once.
+    failed = next(line for line in output.splitlines() if "model calls failed" in line)
+    assert failed.split()[-1] == "2", output[-3000:]
 
     assert outcomes.count == published, output[-3000:]
     assert len(outcomes.intents) == len(good)

@@ -53,7 +53,16 @@ class SharedEngine:
     outcome is still to be applied; until then it stays for the next copy
     (Beam's AsyncWrapper keeps one event loop per process likewise). If no
     copy ever comes back, it lives until the process ends.
+
+    Even an idle engine stays `IDLE_CLOSE_S` after its last copy left. The
+    local runner tears its DoFn down after every bundle, so closing at once
+    rebuilt the runtime each time a streaming run went quiet: new clients,
+    a provider's learned quota share forgotten (invariant 11), and the
+    build's CPU paid again and again.
     """
+
+    #: How long an engine no copy uses stays open, in case one comes back.
+    IDLE_CLOSE_S: ClassVar[float] = 60.0
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _live: ClassVar[dict[str, SharedEngine]] = {}
@@ -77,10 +86,22 @@ class SharedEngine:
             return shared
 
     def release(self, dofn_id: str) -> None:
-        """Leave; the last to leave closes the clients unless an outcome is still due."""
+        """Leave; unless a copy comes back within `IDLE_CLOSE_S`, the clients close.
+
+        They close only once no outcome is still due; a copy that returns
+        later finds the engine as it was.
+        """
         with self._lock:
             self._users -= 1
             if self._users or self._in_flight:
+                return
+        closer = threading.Timer(self.IDLE_CLOSE_S, self._close_if_unused, args=(dofn_id,))
+        closer.daemon = True  # never holds the process open
+        closer.start()
+
+    def _close_if_unused(self, dofn_id: str) -> None:
+        with self._lock:
+            if self._users or self._in_flight or self._live.get(dofn_id) is not self:
                 return
             del self._live[dofn_id]
         self.runtime.close()
