@@ -222,7 +222,11 @@ class QuotaServer:
             ``"http-date"`` (``Retry-After`` as an HTTP-date, with a ``Date``) or
             ``"none"`` (no header, and so no window).
         rate_headers: Whether OpenAI answers carry ``x-ratelimit-*-requests`` headers.
-        early_grace_ms: How long after a 429 a request of its key is not yet early.
+        early_grace_ms: How long after a 429 a request of its key is not yet early:
+            what a request sent before the client read the 429 may take to arrive.
+            250 ms, because on a loaded 2-core machine the Gemini SDK's requests
+            already sent arrived 124 ms after the 429; a client that ignores the
+            wait keeps asking for the whole window and is still caught.
         exhausted_for_s: How long from construction every request is refused as over
             the billing quota (see `exhaust`).
 
@@ -232,7 +236,7 @@ class QuotaServer:
 
     def __init__(self, *, rps: float, burst: float | None = None, latency_ms: int = 200,
                  retry_after_s: float = 1.0, retry_after_style: str = "seconds",
-                 rate_headers: bool = False, early_grace_ms: int = 100,
+                 rate_headers: bool = False, early_grace_ms: int = 250,
                  exhausted_for_s: float = 0.0) -> None:
         if rps <= 0:
             raise ValueError(f"rps must be positive, not {rps}")
