@@ -168,6 +168,18 @@ resource "google_firestore_field" "call_journal_response" {
   index_config {}
 }
 
+# A key too long to query by (over 749 bytes) is stored whole in `entity_key` and found by
+# `entity_key_digest`; reads only compare it. Indexing up to ~1 MB of key bytes would only add
+# write latency and storage.
+resource "google_firestore_field" "call_journal_entity_key" {
+  project    = google_firestore_database.memory.project
+  database   = google_firestore_database.memory.name
+  collection = var.call_journal_collection
+  field      = "entity_key"
+
+  index_config {}
+}
+
 # ---------------------------------------------------------------------------
 # Optional: the model's API key (OpenAI-compatible servers, the Gemini API; Vertex AI needs none)
 # ---------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""Suite-wide settings and fixtures: a derandomised hypothesis profile for CI, and `run`."""
+"""Suite-wide settings and fixtures: a derandomised hypothesis profile for CI, and `run`.
+
+The terminal summary ends with one line naming the Firestore server the run
+used (official Cloud SDK emulator or the npm fallback, and why), when it used one.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests._firestore_server import usage_line
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, T]], T]
@@ -23,6 +29,13 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which Firestore server the run used, if it used one."""
+    line = usage_line()
+    if line is not None:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture

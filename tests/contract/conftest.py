@@ -25,14 +25,15 @@ from beam_agents.stores import (
     SqliteLongtermConfig,
 )
 from tests._firestore_server import (
-    EMULATOR_HOST_ENV,
     FirestoreServer,
-    FirestoreServerError,
     firestore_host,
+    private_firestore_process,
+    private_firestore_server,
 )
 from tests.conftest import Run
 
-__all__ = ["backend", "firestore_host", "outage", "store", "store_factory"]
+__all__ = ["backend", "firestore_host", "outage", "private_firestore_process",
+           "private_firestore_server", "store", "store_factory"]
 
 BACKENDS = ("memory", "sqlite", "firestore")
 
@@ -93,8 +94,9 @@ class Outage:
     * sqlite: another connection holds the database's write lock past the
       store's busy timeout, the failure a real deployment sees when a writer
       wedges; reads still work (WAL), writes fail.
-    * firestore: the store's private server process is killed and restarted
-      on the same port; ``heal`` waits until the store reaches it again.
+    * firestore: the store's private server process (of the run's kind: the
+      official emulator unless the Cloud SDK is absent) is killed and
+      restarted on the same port; ``heal`` waits until the store reaches it again.
     """
 
     def __init__(self, store: LongtermStore, fail: Callable[[], None],
@@ -112,7 +114,7 @@ class Outage:
 
 @pytest.fixture
 def outage(backend: str, store_factory: StoreFactory, tmp_path: Path, run: Run[Any],
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
+           request: pytest.FixtureRequest) -> Iterator[Outage]:
     """A store plus the means to make its backend unreachable and reachable again."""
     if backend == "memory":
         memory = InMemoryLongtermStore()
@@ -147,29 +149,21 @@ def outage(backend: str, store_factory: StoreFactory, tmp_path: Path, run: Run[A
             blocker.close()
         return
 
-    server = FirestoreServer()
-    try:
-        monkeypatch.setenv(EMULATOR_HOST_ENV, server.start())
-    except FirestoreServerError as exc:
-        pytest.fail(f"the Firestore test server is required and could not start: {exc}",
-                    pytrace=False)
-    try:
-        store = store_factory(timeout_ms=1_500)
-        run(store.load(b"probe", "probe"))  # build the client against this server
+    server: FirestoreServer = request.getfixturevalue("private_firestore_server")
+    store = store_factory(timeout_ms=1_500)
+    run(store.load(b"probe", "probe"))  # build the client against this server
 
-        def heal_firestore() -> None:
-            server.start()
-            # gRPC reconnects with backoff; wait until the store gets through so
-            # the test's next call meets a reachable store, as the contract says.
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    run(store.load(b"probe", "probe"))
-                    return
-                except MemoryUnavailable:
-                    if time.monotonic() > deadline:
-                        raise
+    def heal_firestore() -> None:
+        server.start()
+        # gRPC reconnects with backoff; wait until the store gets through so
+        # the test's next call meets a reachable store, as the contract says.
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                run(store.load(b"probe", "probe"))
+                return
+            except MemoryUnavailable:
+                if time.monotonic() > deadline:
+                    raise
 
-        yield Outage(store, server.stop, heal_firestore)
-    finally:
-        server.stop()
+    yield Outage(store, server.stop, heal_firestore)

@@ -43,6 +43,7 @@ from beam_agents.model._journal import (
     JournalEntry,
     JournalWrite,
 )
+from beam_agents.runtime import MAX_EVENT_BYTES
 from beam_agents.stores import (
     FirestoreCallJournal,
     FirestoreCallJournalConfig,
@@ -51,18 +52,16 @@ from beam_agents.stores import (
 )
 from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES
 from beam_agents.stores._journal_rules import (
+    MAX_HEX_QUERY_ENTITY_BYTES,
     MAX_INT64,
+    firestore_max_entity_key_bytes,
     firestore_max_response_bytes,
+    journal_document_fields,
     journal_document_size,
     timestamp_from_ms,
 )
 from beam_agents.stores.firestore import _close_client
-from tests._firestore_server import (
-    EMULATOR_HOST_ENV,
-    FirestoreServer,
-    FirestoreServerError,
-    firestore_host,
-)
+from tests._firestore_server import EMULATOR_HOST_ENV, FirestoreServer, firestore_host
 
 if TYPE_CHECKING:
     from tests.conftest import Run
@@ -92,6 +91,10 @@ def entry(key: str | None = None, *, entity: bytes = ALICE, seq: int = 1,
         sha256=hashlib.sha256(response).digest(), digest_only=digest_only,
         created_at_ms=created_at_ms,
         expire_at_ms=created_at_ms + TTL_MS if expire_at_ms is None else expire_at_ms)
+
+
+#: In `Journals.plant` overrides: leave the field out of the document.
+DELETE = object()
 
 
 # -- fixtures: one private namespace per test, any number of journals on it ------------
@@ -132,8 +135,15 @@ class Journals:
         self._opened.append(journal)
         return journal
 
-    def plant(self, row: dict[str, Any]) -> None:
-        """Store `row` (JournalEntry field names, any values) without any checks."""
+    def plant(self, row: dict[str, Any], *, layout: str = "legacy",
+              overrides: dict[str, Any] | None = None) -> None:
+        """Store `row` (JournalEntry field names, any values) without any checks.
+
+        Firestore: `layout` ``"legacy"`` writes the document as every version
+        before ``entity_key_digest`` did (the entity as ``entity_key_hex`` only);
+        ``"current"`` as `journal_document_fields` does (hex or bytes, and the
+        digest). `overrides` then sets raw document fields; `DELETE` drops one.
+        """
         if self.backend == "sqlite":
             names = ", ".join(row)
             with sqlite3.connect(self.path) as connection:
@@ -144,8 +154,20 @@ class Journals:
         assert self.backend == "firestore"
         fields = dict(row)
         document_id = fields.pop("cache_key")
-        fields["entity_key_hex"] = fields.pop("entity_key").hex()
+        entity = fields.pop("entity_key")
+        if layout == "legacy":
+            fields["entity_key_hex"] = entity.hex()
+        else:
+            assert layout == "current"
+            sample = entry(entity=entity, digest_only=True)
+            fields = {name: value for name, value in journal_document_fields(sample).items()
+                      if name.startswith("entity_key")} | fields
         fields["expire_at"] = timestamp_from_ms(fields.pop("expire_at_ms"))
+        for name, value in (overrides or {}).items():
+            if value is DELETE:
+                fields.pop(name, None)
+            else:
+                fields[name] = value
 
         async def put() -> None:
             client = AsyncClient(project=self.project)
@@ -438,8 +460,9 @@ class Outage:
 
     * sqlite: another connection holds the write lock past the journal's busy
       timeout (reads still work in WAL mode; writes fail).
-    * firestore: a private server process is stopped and restarted on the
-      same port; ``heal`` waits until the journal reaches it again.
+    * firestore: the private server process (of the run's kind) is stopped
+      and restarted on the same port; ``heal`` waits until the journal
+      reaches it again.
     """
 
     def __init__(self, journal: CallJournal, fail: Callable[[], None],
@@ -451,7 +474,7 @@ class Outage:
 
 @pytest.fixture
 def outage(journal_backend: str, journals: Journals, run: Run[Any],
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
+           request: pytest.FixtureRequest) -> Iterator[Outage]:
     if journal_backend == "sqlite":
         journal = journals.open(busy_timeout_ms=100)
         run(journal.read(b"probe", 0))  # create the database and its table
@@ -473,30 +496,22 @@ def outage(journal_backend: str, journals: Journals, run: Run[Any],
         return
 
     assert journal_backend == "firestore"
-    server = FirestoreServer()
-    try:
-        monkeypatch.setenv(EMULATOR_HOST_ENV, server.start())
-    except FirestoreServerError as exc:
-        pytest.fail(f"the Firestore test server is required and could not start: {exc}",
-                    pytrace=False)
-    try:
-        journal = journals.open(timeout_ms=1_500)
-        run(journal.read(b"probe", 0))  # build the client against this server
+    server: FirestoreServer = request.getfixturevalue("private_firestore_server")
+    journal = journals.open(timeout_ms=1_500)
+    run(journal.read(b"probe", 0))  # build the client against this server
 
-        def heal_firestore() -> None:
-            server.start()
-            deadline = time.monotonic() + 15
-            while True:  # gRPC reconnects with backoff; wait until the journal gets through
-                try:
-                    run(journal.read(b"probe", 0))
-                    return
-                except JournalUnavailable:
-                    if time.monotonic() > deadline:
-                        raise
+    def heal_firestore() -> None:
+        server.start()
+        deadline = time.monotonic() + 15
+        while True:  # gRPC reconnects with backoff; wait until the journal gets through
+            try:
+                run(journal.read(b"probe", 0))
+                return
+            except JournalUnavailable:
+                if time.monotonic() > deadline:
+                    raise
 
-        yield Outage(journal, server.stop, heal_firestore)
-    finally:
-        server.stop()
+    yield Outage(journal, server.stop, heal_firestore)
 
 
 @stored_only
@@ -579,9 +594,34 @@ def test_firestore_an_entry_is_one_document_named_by_its_cache_key(
             await _close_client(client)
 
     assert run(fetch()) == {
-        "entity_key_hex": ALICE.hex(), "seq": 1, "response": written.response,
-        "sha256": written.sha256, "digest_only": False, "created_at_ms": EVENT_TIME_MS,
+        "entity_key_hex": ALICE.hex(), "entity_key_digest": hashlib.sha256(ALICE).hexdigest(),
+        "seq": 1, "response": written.response, "sha256": written.sha256,
+        "digest_only": False, "created_at_ms": EVENT_TIME_MS,
         "expire_at": timestamp_from_ms(1_800_000_000_456)}
+
+
+@firestore_only
+def test_firestore_a_long_entity_key_is_kept_as_bytes_beside_its_digest(
+    journals: Journals, run: Run[Any]
+) -> None:
+    """Past 749 bytes the hex is too large to query; the key is kept once, as bytes."""
+    long_key = b"\x00long\xff" * 140  # 840 bytes
+    written = entry(entity=long_key)
+    run(journals.open().write(written))
+
+    async def fetch() -> dict[str, Any] | None:
+        client = AsyncClient(project=journals.project)
+        try:
+            snapshot = await client.document(f"beam_agents_calls/{written.cache_key}").get()
+            return snapshot.to_dict()
+        finally:
+            await _close_client(client)
+
+    data = run(fetch())
+    assert data is not None
+    assert "entity_key_hex" not in data
+    assert (data["entity_key"], data["entity_key_digest"]) == (
+        long_key, hashlib.sha256(long_key).hexdigest())
 
 
 def _filling(entity: bytes, size: int) -> JournalEntry:
@@ -592,7 +632,10 @@ def _filling(entity: bytes, size: int) -> JournalEntry:
 
 
 @firestore_only
-@pytest.mark.parametrize("entity", [ALICE, b"e" * 750], ids=["short", "longest"])
+@pytest.mark.parametrize("entity", [
+    ALICE, b"e" * MAX_HEX_QUERY_ENTITY_BYTES, b"e" * (MAX_HEX_QUERY_ENTITY_BYTES + 1),
+    b"e" * 500_000,
+], ids=["short", "longest-hex", "shortest-bytes", "500-kb"])
 def test_firestore_an_entry_over_1_mib_is_refused_before_io_and_exactly_1_mib_is_stored(
     journals: Journals, run: Run[Any], entity: bytes
 ) -> None:
@@ -616,16 +659,24 @@ def test_firestore_an_entry_over_1_mib_is_refused_before_io_and_exactly_1_mib_is
 
 
 def test_firestore_the_largest_full_entry_the_facade_writes_fits_one_document() -> None:
-    """The facade journals anything larger digest-only, so its entries never hit the limit."""
-    largest = firestore_max_response_bytes("beam_agents_calls", b"e" * 750)
-    assert largest >= MAX_JOURNAL_RESPONSE_BYTES
+    """The facade journals anything larger digest-only: its entries fit up to a 48 KB key.
+
+    Past that, a response near the facade's 1,000,000-byte threshold makes a
+    document over 1 MiB, refused before I/O (above); smaller responses fit.
+    """
+    longest = firestore_max_entity_key_bytes("beam_agents_calls") - MAX_JOURNAL_RESPONSE_BYTES
+    assert longest == 48_238
+    assert firestore_max_response_bytes("beam_agents_calls",
+                                        b"e" * longest) == MAX_JOURNAL_RESPONSE_BYTES
+    for entity in (ALICE, b"e" * MAX_HEX_QUERY_ENTITY_BYTES, b"e" * longest):
+        assert firestore_max_response_bytes("beam_agents_calls",
+                                            entity) >= MAX_JOURNAL_RESPONSE_BYTES
 
 
 @pytest.mark.parametrize("unstorable", [
-    entry(entity=b"e" * 751),
     entry(expire_at_ms=253_402_300_800_000),
     entry(expire_at_ms=-62_135_596_800_001),
-], ids=["entity-key-too-long-to-query", "expiry-after-9999", "expiry-before-0001"])
+], ids=["expiry-after-9999", "expiry-before-0001"])
 def test_firestore_other_unstorable_entries_are_refused_before_io(
     run: Run[Any], unstorable: JournalEntry
 ) -> None:
@@ -634,9 +685,166 @@ def test_firestore_other_unstorable_entries_are_refused_before_io(
 
     with pytest.raises(StoreLimitError):
         run(offline.write(unstorable))
-    with pytest.raises(StoreLimitError):
-        run(offline.read(b"e" * 751, 1))
     run(offline.close())
+
+
+# -- Firestore: entity keys of every length -------------------------------------------------
+
+#: The longest entity key a Firestore journal entry holds: a digest-only entry of
+#: exactly 1 MiB. Only writes are bounded, and only by the document; reads are not.
+LONGEST_STORABLE = firestore_max_entity_key_bytes("beam_agents_calls")
+
+
+def _query_field(entity: bytes) -> str:
+    return "hex" if len(entity) <= MAX_HEX_QUERY_ENTITY_BYTES else "digest"
+
+
+@firestore_only
+@pytest.mark.parametrize("length", [
+    MAX_HEX_QUERY_ENTITY_BYTES, MAX_HEX_QUERY_ENTITY_BYTES + 1, 751, 1_500, 4_096, 65_536,
+    LONGEST_STORABLE,
+])
+def test_firestore_entity_keys_up_to_the_longest_a_document_holds_round_trip(
+    journals: Journals, run: Run[Any], length: int
+) -> None:
+    """On the official emulator a query value is at most 1,500 bytes: past 749, by digest."""
+    entity = bytes(range(256)) * (length // 256) + b"k" * (length % 256)
+    digest_only = length > 500_000  # a full entry must leave the key its room
+    written = entry(entity=entity, response=b"answer", digest_only=digest_only)
+    journal = journals.open()
+
+    assert run(journal.write(written)).won
+    assert dict(run(journal.read(entity, 1))) == {written.cache_key: written}
+    assert dict(run(journals.open().read(entity, 1))) == {written.cache_key: written}
+    if length == LONGEST_STORABLE:
+        assert journal_document_size("beam_agents_calls", written) == MAX_DOCUMENT_BYTES
+    assert dict(run(journal.read(entity[:-1], 1))) == {}
+    assert dict(run(journal.read(entity + b"k", 1))) == {}
+
+
+@firestore_only
+def test_firestore_an_entity_key_one_byte_past_the_document_is_refused_before_io(
+    journals: Journals, run: Run[Any]
+) -> None:
+    too_long = b"e" * (LONGEST_STORABLE + 1)
+    config = journals.config()
+    assert isinstance(config, FirestoreCallJournalConfig)
+    offline = FirestoreCallJournal(config, client_factory=no_client)
+
+    with pytest.raises(StoreLimitError) as caught:
+        run(offline.write(entry(entity=too_long, digest_only=True)))
+
+    assert (caught.value.limit, caught.value.attempted) == (MAX_DOCUMENT_BYTES,
+                                                           MAX_DOCUMENT_BYTES + 1)
+    assert f"{LONGEST_STORABLE + 1}-byte entity key" in str(caught.value)
+    run(offline.close())
+
+
+@firestore_only
+@pytest.mark.parametrize("length", [LONGEST_STORABLE + 1, MAX_EVENT_BYTES])
+def test_firestore_a_read_refuses_no_entity_key_for_its_length(
+    journal: CallJournal, run: Run[Any], length: int
+) -> None:
+    """An event of up to max_event_bytes (1 MiB by default) can carry such a key."""
+    assert dict(run(journal.read(b"e" * length, 1))) == {}
+
+
+@firestore_only
+@pytest.mark.parametrize("shared", [MAX_HEX_QUERY_ENTITY_BYTES, 1_500, 1_600, 10_000])
+def test_firestore_long_keys_that_share_a_prefix_never_share_entries(
+    journals: Journals, run: Run[Any], shared: int
+) -> None:
+    """Firestore indexes the first 1,500 bytes of a value: keys equal that far stay apart."""
+    journal = journals.open()
+    keys = [b"p" * shared + tail for tail in (b"", b"a", b"b", b"ab")]
+    entries = [entry(entity=key, response=key[-2:]) for key in keys]
+    for item in entries:
+        assert run(journal.write(item)).won
+
+    for key, item in zip(keys, entries, strict=True):
+        assert dict(run(journal.read(key, 1))) == {item.cache_key: item}, _query_field(key)
+
+
+@firestore_only
+@pytest.mark.parametrize("length", [len(ALICE), MAX_HEX_QUERY_ENTITY_BYTES])
+def test_firestore_entries_of_earlier_versions_are_read_beside_new_ones(
+    journals: Journals, run: Run[Any], length: int
+) -> None:
+    """A legacy document (``entity_key_hex`` only) and a new one of one activation: both read.
+
+    This is why reads of such keys query the hex, which every version wrote,
+    not the digest with a hex fallback when nothing matched: after a replay
+    journaled one new entry, that fallback would lose the legacy one and pay
+    for its call again (invariant 9).
+    """
+    entity = (ALICE * length)[:length]
+    journal = journals.open()
+    legacy_key, new_key = cache_key("legacy", length), cache_key("new", length)
+    legacy = valid_row(legacy_key, entity=entity)
+    journals.plant(legacy)
+    assert dict(run(journal.read(entity, 1))).keys() == {legacy_key}
+
+    fresh = entry(new_key, entity=entity, response=b"new answer")
+    assert run(journal.write(fresh)).won
+    read = dict(run(journals.open().read(entity, 1)))
+
+    assert read.keys() == {legacy_key, new_key}
+    assert read[legacy_key].response == b"stored answer"
+    assert read[new_key] == fresh
+    # A retried write of the legacy call meets the legacy document and keeps it.
+    retried = entry(legacy_key, entity=entity, response=b"stored answer")
+    assert run(journal.write(retried)) == JournalWrite(won=False, stored=read[legacy_key])
+
+
+def _long(tag: bytes) -> bytes:
+    return tag * (2 * MAX_HEX_QUERY_ENTITY_BYTES // len(tag))
+
+
+#: Raw document damage around the entity fields: (entity, layout, overrides, named field).
+ENTITY_CORRUPTIONS: dict[str, tuple[bytes, str, dict[str, Any], str]] = {
+    "digest-of-another-key": (ALICE, "current", {"entity_key_digest": "0" * 64},
+                              "entity_key_digest"),
+    "digest-not-hex": (ALICE, "current", {"entity_key_digest": "Z" * 64}, "entity_key_digest"),
+    "digest-not-text": (ALICE, "current", {"entity_key_digest": 7}, "entity_key_digest"),
+    "hex-and-bytes": (ALICE, "current", {"entity_key": ALICE}, "entity_key_hex"),
+    "long-key-as-text": (_long(b"L"), "current", {"entity_key": "L" * 1498}, "entity_key"),
+    "long-key-of-another-entity": (_long(b"L"), "current", {"entity_key": _long(b"M")},
+                                   "entity_key_digest"),
+}
+
+
+@firestore_only
+@pytest.mark.parametrize("corruption", sorted(ENTITY_CORRUPTIONS))
+def test_firestore_a_corrupt_entity_field_raises_journal_corrupt_error_naming_it(
+    journals: Journals, run: Run[Any], corruption: str
+) -> None:
+    entity, layout, overrides, field = ENTITY_CORRUPTIONS[corruption]
+    journal = journals.open()
+    key = cache_key("corrupt", corruption)
+    journals.plant(valid_row(key, entity=entity), layout=layout, overrides=overrides)
+
+    for call in (journal.read(entity, 1), journal.write(entry(key, entity=entity))):
+        with pytest.raises(JournalCorruptError) as caught:
+            run(call)
+        assert (caught.value.store, caught.value.key) == (journals.store_name, key)
+        assert field in str(caught.value)
+
+
+@firestore_only
+def test_firestore_a_long_key_without_its_digest_is_corrupt(
+    journals: Journals, run: Run[Any]
+) -> None:
+    """Unfindable by the digest query; a write that meets it reports it, never replays it."""
+    entity = _long(b"L")
+    key = cache_key("no digest")
+    journal = journals.open()
+    journals.plant(valid_row(key, entity=entity), layout="current",
+                   overrides={"entity_key_digest": DELETE})
+
+    assert dict(run(journal.read(entity, 1))) == {}
+    with pytest.raises(JournalCorruptError, match="entity_key_digest is missing") as caught:
+        run(journal.write(entry(key, entity=entity)))
+    assert caught.value.key == key
 
 
 # -- SQLite specifics ------------------------------------------------------------------------

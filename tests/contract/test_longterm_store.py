@@ -347,6 +347,43 @@ def test_the_empty_entity_key_is_a_scope_of_its_own(store: LongtermStore, run: R
     assert run(store.load(ALICE, "k")) is None
 
 
+#: The longest record keys, by their UTF-8 bytes and their Firestore document id:
+#: "%" doubles in the id (1,024 bytes), 4-byte characters make the longest hex.
+LONGEST_KEYS = ("%" * MAX_KEY_BYTES, "\U0001f600" * (MAX_KEY_BYTES // 4), "k" * MAX_KEY_BYTES)
+
+
+@pytest.mark.parametrize("length", [749, 750, 751, 1_500, 1_501, 4_096, 100_000])
+def test_entity_keys_of_any_length_are_scopes_of_their_own(
+    store: LongtermStore, run: Run[Any], length: int
+) -> None:
+    """Past 750 bytes Firestore's entity id is a digest; the stored key still decides."""
+    entity = bytes(range(256)) * (length // 256) + b"e" * (length % 256)
+    neighbours = [entity[:-1], entity + b"e", entity[:-1] + b"f"]  # same first 749+ bytes
+    records = [rec(key, key.encode()[:8], entity=entity) for key in LONGEST_KEYS]
+    commit(run, store, *records, entity=entity)
+    for other in neighbours:
+        commit(run, store, rec(LONGEST_KEYS[0], b"other", entity=other), entity=other)
+
+    assert wire(run(store.load(entity, key)) for key in LONGEST_KEYS) == wire(records)
+    assert wire(run(store.search(entity, "", 10))) == wire(sorted(records, key=lambda r: r.key))
+    assert wire(run(store.search(entity, LONGEST_KEYS[1][:-1], 10))) == wire(records[1:2])
+    for other in neighbours:
+        assert [(r.entity_key, r.value) for r in run(store.search(other, "", 10))] == [
+            (other, b"other")]
+
+
+@pytest.mark.parametrize("length", [1_048_576, 4 * 1_048_576])
+def test_reads_refuse_no_entity_key_for_its_length(
+    store: LongtermStore, run: Run[Any], length: int
+) -> None:
+    """An event of up to max_event_bytes (1 MiB by default, at most 64 MiB) carries the key."""
+    entity = b"e" * length
+
+    assert run(store.load(entity, "k")) is None
+    assert run(store.search(entity, "", 5)) == ()
+    assert run(store.flush(entity)) == FlushReceipt(entity_key=entity)
+
+
 @pytest.mark.parametrize("key", [123, b"k", None])
 def test_validate_key_rejects_non_text_with_value_error_naming_it(key: object) -> None:
     with pytest.raises(ValueError, match=repr(key)):

@@ -9,10 +9,15 @@ from typing import Any
 import pytest
 
 from beam_agents.stores.firestore import FirestoreLongtermConfig, FirestoreLongtermStore
-from tests._firestore_server import firestore_host
+from tests._firestore_server import (
+    firestore_host,
+    private_firestore_process,
+    private_firestore_server,
+)
 from tests.conftest import Run
 
-__all__ = ["config", "firestore_host", "store"]
+__all__ = ["config", "firestore_host", "private_firestore_process", "private_firestore_server",
+           "store"]
 
 
 

@@ -8,6 +8,7 @@ checked before any I/O, the client's lifecycle, and transport failures.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import pickle
 import re
 import socket
@@ -282,18 +283,100 @@ def test_a_commit_over_the_request_size_limit_is_refused_before_io(
     assert len(run(store.discard(ENTITY)).discarded) == 10
 
 
-def test_an_entity_key_too_long_for_a_document_id_is_refused_before_io(
+def _longest_entity(collection: str, key: str, value: bytes) -> int:
+    """The longest entity key whose record of `key` and `value` is exactly 1 MiB."""
+    sample = LongtermRecord(entity_key=bytes(1_000), key=key, value=value, seq=1,
+                            updated_at_ms=1)
+    return 1_000 + MAX_DOCUMENT_BYTES - document_size(collection, sample)
+
+
+def test_an_entity_key_is_refused_only_by_the_document_it_makes(
     config: FirestoreLongtermConfig, run: Run[Any]
 ) -> None:
+    """Any length has an id; the record holds the key, so the 1 MiB document bounds it."""
     store = FirestoreLongtermStore(config, client_factory=no_client)
-    too_long = b"e" * 751
+    longest = _longest_entity(config.collection, "k", b"v")
+    assert longest == 1_048_360
+    too_long = b"e" * (longest + 1)
 
-    for call in (store.load(too_long, "k"), store.search(too_long, "", 1),
-                 store.stage(too_long, [rec("k", entity=too_long)]), store.flush(too_long)):
-        with pytest.raises(StoreLimitError) as caught:
+    with pytest.raises(StoreLimitError) as caught:
+        run(store.stage(too_long, [rec("k", entity=too_long)]))
+
+    assert (caught.value.limit, caught.value.attempted) == (MAX_DOCUMENT_BYTES,
+                                                           MAX_DOCUMENT_BYTES + 1)
+    assert f"{longest + 1}-byte entity key" in str(caught.value)
+    assert run(store.stage(too_long[1:], [rec("k", entity=too_long[1:])])) == ("k",)
+
+
+@pytest.mark.parametrize(("key", "value"), [("k", b"v"), ("%" * MAX_KEY_BYTES, b"")],
+                         ids=["short-key", "longest-id"])
+def test_the_longest_entity_key_a_record_holds_round_trips_on_the_server(
+    store: FirestoreLongtermStore, config: FirestoreLongtermConfig, run: Run[Any],
+    key: str, value: bytes
+) -> None:
+    entity = b"E" * _longest_entity(config.collection, key, value)
+    record = rec(key, value, entity=entity)
+    assert document_size(config.collection, record) == MAX_DOCUMENT_BYTES
+
+    run(store.stage(entity, [record]))
+    assert run(store.flush(entity)).committed == (key,)
+
+    assert wire(run(store.load(entity, key))) == wire(record)
+    assert [r.key for r in run(store.search(entity, key[:3], 2))] == [key]
+    assert run(store.load(entity[:-1], key)) is None
+
+
+def wire(record: LongtermRecord | None) -> bytes | None:
+    return None if record is None else record.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize(("length", "document_id"), [
+    (750, "65" * 750),
+    (751, "sha256-" + hashlib.sha256(b"e" * 751).hexdigest()),
+])
+def test_entity_ids_are_hex_up_to_750_bytes_and_a_digest_past_them_on_the_server(
+    store: FirestoreLongtermStore, config: FirestoreLongtermConfig, run: Run[Any],
+    length: int, document_id: str
+) -> None:
+    """Entities of up to 750 bytes keep the ids every version gave them (1,500 bytes at most)."""
+    entity = b"e" * length
+    run(store.stage(entity, [rec("k", entity=entity)]))
+    run(store.flush(entity))
+
+    async def read() -> dict[str, Any] | None:
+        client = raw_client(config)
+        snapshot = await client.document(f"{config.collection}/{document_id}/records/k").get()
+        return snapshot.to_dict()
+
+    assert entity_document_id(entity) == document_id
+    assert is_valid_document_id(document_id)
+    stored = run(read())
+    assert stored is not None and stored["entity_key"] == entity
+
+
+def test_a_record_of_another_entity_under_a_digest_id_is_a_scope_violation(
+    store: FirestoreLongtermStore, config: FirestoreLongtermConfig, run: Run[Any]
+) -> None:
+    """Should two long keys ever share a digest id, neither is handed the other's rows."""
+    entity, other = b"a" * 1_000, b"b" * 1_000
+    run(store.stage(other, [rec("k", b"other's", entity=other)]))
+    run(store.flush(other))
+
+    async def move() -> None:
+        client = raw_client(config)
+        source = await client.document(
+            f"{config.collection}/{entity_document_id(other)}/records/k").get()
+        await client.document(f"{config.collection}/{entity_document_id(entity)}/records/k").set(
+            source.to_dict())
+
+    run(move())
+    for call in (store.load(entity, "k"), store.search(entity, "", 5)):
+        with pytest.raises(ScopeViolation):
             run(call)
-        assert (caught.value.limit, caught.value.attempted) == (1500, 1502)
-    assert run(store.stage(b"e" * 750, [rec("k", entity=b"e" * 750)])) == ("k",)
+    run(store.stage(entity, [rec("k", b"mine", entity=entity)]))
+    with pytest.raises(ScopeViolation):  # the flush reads the standing row first
+        run(store.flush(entity))
+    assert run(store.load(other, "k")).value == b"other's"  # type: ignore[union-attr]
 
 
 # -- client lifecycle ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+import uuid
 
 import pytest
 
@@ -20,23 +20,15 @@ from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig
 from beam_agents.runtime import AgentConfig, AgentEvent, KeyedEngine, KeyRuns, RetryPolicy
 from beam_agents.stores import FirestoreCallJournalConfig
-from tests._firestore_server import EMULATOR_HOST_ENV, FirestoreServer, FirestoreServerError
+from tests._firestore_server import FirestoreServer
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FirestoreServer]:
-    private = FirestoreServer()
-    try:
-        monkeypatch.setenv(EMULATOR_HOST_ENV, private.start())
-    except FirestoreServerError as exc:
-        pytest.fail(f"the Firestore test server is required and could not start: {exc}",
-                    pytrace=False)
-    try:
-        yield private
-    finally:
-        private.stop()
+def server(private_firestore_server: FirestoreServer) -> FirestoreServer:
+    """The private server (of the run's kind), which the test stops and restarts."""
+    return private_firestore_server
 
 
 def _events(key: str, count: int) -> list[bytes]:
@@ -51,7 +43,8 @@ def test_an_unreachable_journal_suspends_the_key_and_the_retry_commits_once_it_i
     config = AgentConfig(
         agent="tests.agents:ask",
         model=ModelConfig(breaker=BreakerConfig(failure_threshold=1000)),
-        call_journal=FirestoreCallJournalConfig(project="journal-outage", timeout_ms=1_000),
+        call_journal=FirestoreCallJournalConfig(project=f"journal-outage-{uuid.uuid4().hex[:8]}",
+                                                timeout_ms=1_000),
         retry=RetryPolicy(retry_initial_ms=200, retry_max_ms=800, max_attempts=20))
     with start_runtime(config, metrics=metrics) as runtime:
         runs = KeyRuns(KeyedEngine.over(runtime), clock_ms=lambda: int(time.monotonic() * 1000))

@@ -87,9 +87,10 @@ FIRESTORE_CONDITION = (
 )
 
 # Journal document fields nothing filters or orders on (src/beam_agents/stores/_journal_rules.py):
-# the TTL timestamp and the response bytes. Reads query entity_key_hex and seq, which keep theirs.
+# the TTL timestamp, the response bytes and a long key's bytes. Reads query entity_key_hex (keys
+# up to 749 bytes) or entity_key_digest (longer ones) and seq, which keep theirs.
 JOURNAL_TTL_FIELD = "expire_at"
-JOURNAL_UNINDEXED_FIELDS = frozenset({JOURNAL_TTL_FIELD, "response"})
+JOURNAL_UNINDEXED_FIELDS = frozenset({JOURNAL_TTL_FIELD, "response", "entity_key"})
 
 REQUIRED_APIS = frozenset(
     {

@@ -17,11 +17,20 @@ with supplementary characters. Hex digits are ASCII, so both servers order
 prefix ``p`` lies in ``[hex(p), hex(p) + "g")``. Range queries on
 ``__name__`` do not work on the test server, hence a field at all.
 
-Ids: the entity id is ``hex(entity_key)`` (``-`` for the empty key). The
-document id is the key with an escape scheme (:func:`encode_document_id`),
-readable in the console and valid for any key: it never contains ``/``, is
-never ``.``/``..``, never matches ``__.*__``, and stays under 1,500 bytes for
-keys up to `MAX_KEY_BYTES`.
+Ids: the entity id is ``hex(entity_key)`` (``-`` for the empty key) while
+that fits Firestore's 1,500-byte id limit, i.e. for entity keys of up to 750
+bytes (`MAX_HEX_ID_ENTITY_BYTES`); a longer key's id is ``sha256-`` and the
+hex SHA-256 of the key (:func:`entity_document_id`), which no hex id can
+equal. Every record keeps the full ``entity_key`` and a read compares it, so
+two entities never share records even if their ids did (invariant 7). Keys
+of up to 750 bytes keep the ids they always had. The document id is the key
+with an escape scheme (:func:`encode_document_id`), readable in the console
+and valid for any key: it never contains ``/``, is never ``.``/``..``, never
+matches ``__.*__``, and stays under 1,500 bytes for keys up to `MAX_KEY_BYTES`
+(so ``key_utf8_hex``, at most 1,024 characters, is always queryable).
+
+No entity key is refused for its length: the one bound left is the 1 MiB
+document, which holds the key once (``entity_key``) beside the value.
 
 Limits are Firestore's documented ones, checked before any I/O so that a
 record the server would refuse fails at stage time with `StoreLimitError`,
@@ -31,6 +40,7 @@ beam_agents only): the rules are tested without ``google.cloud``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -44,8 +54,11 @@ from beam_agents.errors import (
 from beam_agents.memory._store import LongtermRecord, validate_entity_key, validate_key
 
 __all__ = [
+    "LONG_ENTITY_ID_PREFIX",
     "MAX_DOCUMENT_BYTES",
+    "MAX_HEX_ID_ENTITY_BYTES",
     "MAX_ID_BYTES",
+    "MAX_QUERY_VALUE_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_WRITES_PER_COMMIT",
     "ORDER_FIELD",
@@ -69,6 +82,15 @@ MAX_DOCUMENT_BYTES = 1_048_576
 MAX_REQUEST_BYTES = 10 * 1_048_576
 #: The longest collection or document id, in UTF-8 bytes.
 MAX_ID_BYTES = 1_500
+#: The largest value a query may filter on (a string counts its UTF-8 bytes + 1);
+#: the official emulator refuses a larger one ("too large to be used in a query").
+MAX_QUERY_VALUE_BYTES = 1_500
+#: The longest entity key whose hex is its entity id; longer keys get a digest id.
+MAX_HEX_ID_ENTITY_BYTES = MAX_ID_BYTES // 2
+#: How a digest entity id starts; not a hex digit, so it never equals a hex id.
+LONG_ENTITY_ID_PREFIX = "sha256-"
+# A field value may be 1 MiB - 89 bytes; every document here carries more than
+# 89 bytes besides its largest value, so MAX_DOCUMENT_BYTES is the binding limit.
 
 RECORDS_COLLECTION = "records"
 ORDER_FIELD = "key_utf8_hex"
@@ -159,26 +181,24 @@ def decode_document_id(document_id: str) -> str:
 
 
 def entity_document_id(entity_key: bytes) -> str:
-    """Return the entity's document id: lowercase hex, or ``-`` for the empty key."""
+    """Return the entity's document id: lowercase hex, ``-`` for the empty key, or a digest.
+
+    Keys of up to `MAX_HEX_ID_ENTITY_BYTES` bytes: their hex (as ever). Longer
+    keys, whose hex would pass `MAX_ID_BYTES`: `LONG_ENTITY_ID_PREFIX` and the
+    hex SHA-256 of the key (71 characters).
+    """
+    if len(entity_key) > MAX_HEX_ID_ENTITY_BYTES:
+        return LONG_ENTITY_ID_PREFIX + hashlib.sha256(entity_key).hexdigest()
     return entity_key.hex() or "-"
 
 
 def check_entity_key(entity_key: bytes) -> None:
-    """Check that ``entity_key`` is bytes whose document id fits `MAX_ID_BYTES`.
+    """Check that ``entity_key`` is bytes. Any length has an id (:func:`entity_document_id`).
 
     Raises:
         TypeError: ``entity_key`` is not bytes.
-        StoreLimitError: the hex id is too long (entity keys over 750 bytes).
     """
-    size = len(entity_document_id(validate_entity_key(entity_key)))
-    if size > MAX_ID_BYTES:
-        raise StoreLimitError(
-            f"entity_key of {len(entity_key)} bytes gives a {size}-byte Firestore document "
-            f"id, over the {MAX_ID_BYTES}-byte limit; entity keys must be at most "
-            f"{MAX_ID_BYTES // 2} bytes for the Firestore store",
-            limit=MAX_ID_BYTES,
-            attempted=size,
-        )
+    validate_entity_key(entity_key)
 
 
 def document_path(collection: str, entity_key: bytes, key: str) -> tuple[str, str, str, str]:
@@ -302,9 +322,12 @@ def check_commit(collection: str, pending: Mapping[str, LongtermRecord]) -> None
     for key in sorted(pending):
         size = document_size(collection, pending[key])
         if size > MAX_DOCUMENT_BYTES:
+            entity = len(pending[key].entity_key)
+            held = (f" (it holds its {entity}-byte entity key)"
+                    if entity > MAX_HEX_ID_ENTITY_BYTES else "")
             raise StoreLimitError(
                 f"long-term record {key!r} makes a {size}-byte Firestore document, over "
-                f"the {MAX_DOCUMENT_BYTES}-byte limit; store a smaller value",
+                f"the {MAX_DOCUMENT_BYTES}-byte limit{held}; store a smaller value",
                 limit=MAX_DOCUMENT_BYTES,
                 attempted=size,
             )

@@ -15,12 +15,26 @@ once for every backend:
   bytes that are not provably what the provider returned (invariants 3, 9).
 
 Firestore layout: ``{collection}/{cache key}``, one document per call, with
-the fields of :func:`journal_document_fields`. The entity is kept as
-lowercase hex (``entity_key_hex``) because reads query on it: the
-Firestore-protocol test server's ``__name__`` range queries do not work, and
-hex is ASCII, so it compares alike on every server. ``expire_at`` is a
-timestamp so that a Firestore TTL policy on that field can garbage-collect
-entries; the journal itself never reads a clock (invariant 2).
+the fields of :func:`journal_document_fields`. The entity is kept in full, and
+as ``entity_key_digest`` (the hex SHA-256 of its bytes, 64 characters):
+
+* an entity key of up to 749 bytes (`MAX_HEX_QUERY_ENTITY_BYTES`) is kept as
+  lowercase hex, ``entity_key_hex``, and reads query on it: its hex is at most
+  1,498 characters, a 1,499-byte value, within the 1,500 bytes Firestore lets
+  a query filter on. These documents are the format every earlier version
+  wrote (plus the digest), so their entries, old and new, are found alike;
+* a longer key is kept as bytes, ``entity_key`` (half the size of its hex,
+  never queried), and reads query on ``entity_key_digest``.
+
+:func:`journal_query` picks the field. Whichever matched, the read compares
+the full stored key with the one asked for, so two entities never share
+entries (invariant 7). No entity key is refused for its length; the bound is
+the 1 MiB document, which holds the key once beside the response. Queries
+use fields, not ``__name__`` ranges, which the npm test server does not
+support; hex and digests are ASCII, so they compare alike on every server.
+``expire_at`` is a timestamp so that a Firestore TTL policy on that field can
+garbage-collect entries; the journal itself never reads a clock (invariant 2).
+See docs/design-firestore-keys.md.
 
 Sizes follow Firestore's documented storage-size rules, as
 `beam_agents.stores._firestore_rules.document_size` does for long-term
@@ -37,9 +51,13 @@ from typing import Any
 
 from beam_agents.errors import JournalCorruptError, StoreLimitError
 from beam_agents.model._journal import JournalEntry
-from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, check_entity_key
+from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 __all__ = [
+    "DIGEST_FIELD",
+    "HEX_FIELD",
+    "KEY_FIELD",
+    "MAX_HEX_QUERY_ENTITY_BYTES",
     "MAX_INT64",
     "MAX_TIMESTAMP_MS",
     "MIN_INT64",
@@ -49,10 +67,13 @@ __all__ = [
     "check_firestore_entry",
     "check_read",
     "decode_entry",
+    "entity_key_digest",
     "entry_from_document",
+    "firestore_max_entity_key_bytes",
     "firestore_max_response_bytes",
     "journal_document_fields",
     "journal_document_size",
+    "journal_query",
     "ms_from_timestamp",
     "require_int64",
     "timestamp_from_ms",
@@ -69,8 +90,17 @@ MIN_TIMESTAMP_MS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MS
 MAX_TIMESTAMP_MS = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) // _MS
 
 # The replay-cache key is a sha256 hexdigest (seed 002): lowercase, 64 digits.
-# It is also the Firestore document id, valid as it stands.
+# It is also the Firestore document id, valid as it stands. So is an entity digest.
 _CACHE_KEY = re.compile(r"[0-9a-f]{64}")
+
+#: The Firestore journal's entity fields: the key as hex (queried, keys of up to
+#: `MAX_HEX_QUERY_ENTITY_BYTES`), as bytes (longer keys), and its digest (always).
+HEX_FIELD = "entity_key_hex"
+KEY_FIELD = "entity_key"
+DIGEST_FIELD = "entity_key_digest"
+#: The longest entity key whose hex a query may filter on: a string counts its
+#: UTF-8 bytes + 1, so hex of up to 1,499 characters; hex has an even length.
+MAX_HEX_QUERY_ENTITY_BYTES = (MAX_QUERY_VALUE_BYTES - 1) // 2
 
 # Per Firestore's storage-size rules (bytes per value of each type).
 _BOOL_SIZE = 1
@@ -226,10 +256,32 @@ def ms_from_timestamp(value: datetime) -> int:
     return (value - _EPOCH) // _MS
 
 
+def entity_key_digest(entity_key: bytes) -> str:
+    """The hex SHA-256 of `entity_key`: 64 characters, for a key of any length."""
+    return hashlib.sha256(entity_key).hexdigest()
+
+
+def journal_query(entity_key: bytes) -> tuple[str, str]:
+    """The field and value a read of `entity_key` filters on (with ``seq``).
+
+    ``entity_key_hex`` for a key of up to `MAX_HEX_QUERY_ENTITY_BYTES` bytes
+    (its documents, of any version, carry it), ``entity_key_digest`` for a
+    longer one (whose hex no query may filter on).
+    """
+    if len(entity_key) <= MAX_HEX_QUERY_ENTITY_BYTES:
+        return HEX_FIELD, entity_key.hex()
+    return DIGEST_FIELD, entity_key_digest(entity_key)
+
+
 def journal_document_fields(entry: JournalEntry) -> dict[str, Any]:
     """The fields of `entry`'s Firestore document (see the module docstring)."""
+    key: dict[str, Any] = (
+        {HEX_FIELD: entry.entity_key.hex()}
+        if len(entry.entity_key) <= MAX_HEX_QUERY_ENTITY_BYTES
+        else {KEY_FIELD: entry.entity_key})
     return {
-        "entity_key_hex": entry.entity_key.hex(),
+        **key,
+        DIGEST_FIELD: entity_key_digest(entry.entity_key),
         "seq": entry.seq,
         "response": entry.response,
         "sha256": entry.sha256,
@@ -274,6 +326,18 @@ def firestore_max_response_bytes(collection: str, entity_key: bytes) -> int:
     return MAX_DOCUMENT_BYTES - journal_document_size(collection, empty)
 
 
+def firestore_max_entity_key_bytes(collection: str) -> int:
+    """The longest entity key whose (digest-only) entries fit one Firestore document.
+
+    A key longer than `MAX_HEX_QUERY_ENTITY_BYTES` is stored as bytes, so each
+    byte of it adds one byte to the document (1,048,238 bytes in the default
+    collection, ``beam_agents_calls``). A full entry leaves the key the room
+    its response does not take.
+    """
+    sample = MAX_HEX_QUERY_ENTITY_BYTES + 1
+    return sample + firestore_max_response_bytes(collection, bytes(sample))
+
+
 def check_firestore_entry(collection: str, entry: JournalEntry) -> None:
     """Check that `entry` fits one Firestore document, before any I/O.
 
@@ -281,14 +345,10 @@ def check_firestore_entry(collection: str, entry: JournalEntry) -> None:
     an entry over the limit here is a caller's error, not a store outage.
 
     Raises:
-        StoreLimitError: the entity key is too long to query on (over 750
-            bytes, whose hex passes the 1,500 bytes Firestore indexes), the
-            expiry is outside Firestore's timestamp range, or the document
-            would exceed `MAX_DOCUMENT_BYTES`.
+        StoreLimitError: the expiry is outside Firestore's timestamp range, or
+            the document would exceed `MAX_DOCUMENT_BYTES` (which a long
+            entity key can make it: the document holds the key once).
     """
-    # Firestore compares only the first 1,500 bytes of an indexed string, so a
-    # longer entity_key_hex could match another entity's entries (invariant 7).
-    check_entity_key(entry.entity_key)
     if not MIN_TIMESTAMP_MS <= entry.expire_at_ms <= MAX_TIMESTAMP_MS:
         raise StoreLimitError(
             f"journal entry {entry.cache_key}: expire_at_ms {entry.expire_at_ms} is outside "
@@ -296,36 +356,71 @@ def check_firestore_entry(collection: str, entry: JournalEntry) -> None:
             limit=MAX_TIMESTAMP_MS, attempted=entry.expire_at_ms)
     size = journal_document_size(collection, entry)
     if size > MAX_DOCUMENT_BYTES:
+        room = firestore_max_response_bytes(collection, entry.entity_key)
+        advice = (f"journal a response over {room} bytes digest-only" if room >= 0 else
+                  f"its {len(entry.entity_key)}-byte entity key is over the "
+                  f"{firestore_max_entity_key_bytes(collection)} bytes one document holds")
         raise StoreLimitError(
             f"journal entry {entry.cache_key} makes a {size}-byte Firestore document, over "
-            f"the {MAX_DOCUMENT_BYTES}-byte limit; journal a response over "
-            f"{firestore_max_response_bytes(collection, entry.entity_key)} bytes digest-only",
+            f"the {MAX_DOCUMENT_BYTES}-byte limit; {advice}",
             limit=MAX_DOCUMENT_BYTES, attempted=size)
+
+
+def _stored_entity(data: Mapping[str, Any], *, store: str, document_id: str) -> bytes:
+    """The full entity key a journal document holds, checked against its digest."""
+    if HEX_FIELD in data and KEY_FIELD in data:
+        raise _corrupt(store, document_id,
+                       f"it carries both {HEX_FIELD} and {KEY_FIELD}; one holds the key")
+    if KEY_FIELD in data:
+        stored = data[KEY_FIELD]
+        if type(stored) is not bytes:
+            raise _corrupt(store, document_id,
+                           f"{KEY_FIELD} is {type(stored).__name__}, not bytes")
+        if DIGEST_FIELD not in data:
+            # Only this format has entity_key, and it always has the digest.
+            raise _corrupt(store, document_id, f"{DIGEST_FIELD} is missing beside {KEY_FIELD}")
+    else:
+        entity_hex = data.get(HEX_FIELD)
+        try:
+            if not isinstance(entity_hex, str):
+                raise TypeError(f"it is {type(entity_hex).__name__}")
+            stored = bytes.fromhex(entity_hex)
+            if stored.hex() != entity_hex:
+                raise ValueError("it is not lowercase hex without separators")
+        except (TypeError, ValueError) as exc:
+            raise _corrupt(store, document_id, f"{HEX_FIELD} {entity_hex!r}: {exc}") from exc
+    if DIGEST_FIELD in data:  # absent only from documents of earlier versions
+        digest = data[DIGEST_FIELD]
+        if not isinstance(digest, str) or _CACHE_KEY.fullmatch(digest) is None:
+            raise _corrupt(store, document_id,
+                           f"{DIGEST_FIELD} {digest!r} is not 64 lowercase hex digits")
+        if digest != entity_key_digest(stored):
+            raise _corrupt(store, document_id,
+                           f"{DIGEST_FIELD} {digest!r} is not the sha256 of its entity key")
+    return stored
 
 
 def entry_from_document(data: Mapping[str, Any] | None, *, store: str, document_id: str,
                         entity_key: bytes, seq: int) -> JournalEntry:
     """Rebuild the entry stored in a Firestore document, or raise `JournalCorruptError`.
 
-    Maps the document's fields back to `JournalEntry` fields (hex to bytes,
-    timestamp to milliseconds) and checks the result with :func:`decode_entry`.
+    Maps the document's fields back to `JournalEntry` fields (hex or bytes to
+    the entity key, timestamp to milliseconds) and checks the result with
+    :func:`decode_entry`, which compares the full entity key with `entity_key`
+    (a digest match alone never hands over an entry). Documents without
+    ``entity_key_digest``, written by earlier versions, read as before.
 
     Raises:
         JournalCorruptError: as :func:`decode_entry`; also for a document
-            without data, an ``entity_key_hex`` that is not lowercase hex, or
-            an ``expire_at`` that is not a timestamp.
+            without data, with both or neither of ``entity_key_hex`` and
+            ``entity_key``, an ``entity_key_hex`` that is not lowercase hex, an
+            ``entity_key`` that is not bytes or has no digest beside it, an
+            ``entity_key_digest`` that is malformed or not the key's sha256,
+            or an ``expire_at`` that is not a timestamp.
     """
     if data is None:
         raise _corrupt(store, document_id, "the document has no data")
-    entity_hex = data.get("entity_key_hex")
-    try:
-        if not isinstance(entity_hex, str):
-            raise TypeError(f"it is {type(entity_hex).__name__}")
-        stored_entity = bytes.fromhex(entity_hex)
-        if stored_entity.hex() != entity_hex:
-            raise ValueError("it is not lowercase hex without separators")
-    except (TypeError, ValueError) as exc:
-        raise _corrupt(store, document_id, f"entity_key_hex {entity_hex!r}: {exc}") from exc
+    stored_entity = _stored_entity(data, store=store, document_id=document_id)
     expire_at = data.get("expire_at")
     if not isinstance(expire_at, datetime) or expire_at.tzinfo is None:
         raise _corrupt(store, document_id, f"expire_at is {expire_at!r}, not a timestamp")

@@ -69,9 +69,12 @@ class FirestoreLongtermStore(BufferedStore):
     Flush runs one Firestore transaction per entity: it reads the buffered
     keys' documents, applies the seq guard, and writes the survivors, so the
     whole activation's upserts commit or none do. Limits (writes per commit,
-    document size, request size, id length) are checked before any I/O and
-    raise `StoreLimitError`. ``google.api_core`` and ``google.auth`` errors, and
-    calls past ``timeout_ms``, raise `MemoryUnavailable` with the buffer kept.
+    document size, request size) are checked before any I/O and raise
+    `StoreLimitError`. An entity key of any length has a document id (its hex
+    up to 750 bytes, a digest id beyond), and every read compares the full
+    key a record holds, so no key is refused for its length (invariant 7).
+    ``google.api_core`` and ``google.auth`` errors, and calls past
+    ``timeout_ms``, raise `MemoryUnavailable` with the buffer kept.
 
     The client is built on first use, inside the event loop that uses it, and
     closed by :meth:`close`. ``client_factory`` is a test seam; by default the

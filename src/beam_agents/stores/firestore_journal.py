@@ -22,7 +22,6 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from beam_agents.errors import JournalUnavailable, MemoryContractError
 from beam_agents.model._journal import JournalEntry, JournalWrite
 from beam_agents.stores._firestore_client import FirestoreClient
-from beam_agents.stores._firestore_rules import check_entity_key
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,
@@ -30,6 +29,7 @@ from beam_agents.stores._journal_rules import (
     check_read,
     entry_from_document,
     journal_document_fields,
+    journal_query,
 )
 
 __all__ = ["FirestoreCallJournal", "FirestoreCallJournalConfig"]
@@ -45,8 +45,12 @@ _CREATE_ATTEMPTS = 3
 class FirestoreCallJournal:
     """A `CallJournal` on Firestore, for the Dataflow deployment.
 
-    ``read`` is one query, ``entity_key_hex == hex and seq == seq`` (two
-    equalities, served by Firestore's automatic single-field indexes).
+    ``read`` is one query, two equalities served by Firestore's automatic
+    single-field indexes: ``entity_key_hex == hex and seq == seq`` for an
+    entity key of up to 749 bytes (documents of every version carry the
+    hex), ``entity_key_digest == sha256 and seq == seq`` for a longer one,
+    whose hex is too large to filter on. Either way the full stored key must
+    equal the one asked for (invariant 7); no key is refused for its length.
     ``write`` is ``create()``, which the server refuses when the document
     exists, so the server alone decides which of several concurrent writers
     wins (invariant 5); a loser reads the entry that stands. An entry too
@@ -111,11 +115,11 @@ class FirestoreCallJournal:
     async def read(self, entity_key: bytes, seq: int) -> Mapping[str, JournalEntry]:
         """Every entry of ``(entity_key, seq)``, by cache key, in one query."""
         check_read(entity_key, seq)
-        check_entity_key(entity_key)
+        field, value = journal_query(entity_key)
 
         async def work(client: AsyncClient) -> dict[str, JournalEntry]:
             query = (self._collection(client)
-                     .where(filter=FieldFilter("entity_key_hex", "==", entity_key.hex()))
+                     .where(filter=FieldFilter(field, "==", value))
                      .where(filter=FieldFilter("seq", "==", seq)))
             stream: AsyncIterator[Any] = query.stream(timeout=self._timeout_s)
             entries = [self._decode(snapshot, entity_key=entity_key, seq=seq)

@@ -6,6 +6,7 @@ against a Firestore-protocol server.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 from beam_agents.errors import ConfigError, MemoryContractError, ScopeViolation, StoreLimitError
 from beam_agents.memory._store import MAX_KEY_BYTES, LongtermRecord
 from beam_agents.stores._firestore_rules import (
+    LONG_ENTITY_ID_PREFIX,
     MAX_DOCUMENT_BYTES,
+    MAX_HEX_ID_ENTITY_BYTES,
     MAX_ID_BYTES,
     MAX_REQUEST_BYTES,
     MAX_WRITES_PER_COMMIT,
@@ -130,15 +133,43 @@ def test_a_record_lives_under_its_entity_in_the_records_collection() -> None:
     assert document_path("c", b"\x01", "a/b") == ("c", "01", "records", "a%sb")
 
 
-def test_an_entity_key_is_limited_by_its_hex_id() -> None:
-    check_entity_key(b"e" * (MAX_ID_BYTES // 2))
+def test_entity_ids_are_hex_up_to_750_bytes_and_a_digest_past_them() -> None:
+    """Keys that had a hex id keep it; longer ones, refused before, get a digest id."""
+    longest_hex = b"\xab" * MAX_HEX_ID_ENTITY_BYTES
+    assert entity_document_id(longest_hex) == longest_hex.hex()
+    assert len(entity_document_id(longest_hex)) == MAX_ID_BYTES
 
-    with pytest.raises(StoreLimitError) as caught:
-        check_entity_key(b"e" * (MAX_ID_BYTES // 2 + 1))
-
-    assert (caught.value.limit, caught.value.attempted) == (MAX_ID_BYTES, MAX_ID_BYTES + 2)
+    for length in (MAX_HEX_ID_ENTITY_BYTES + 1, 10_000, 1 << 20):
+        entity = b"\xab" * length
+        document_id = entity_document_id(entity)
+        assert document_id == LONG_ENTITY_ID_PREFIX + hashlib.sha256(entity).hexdigest()
+        assert is_valid_document_id(document_id)
+        assert re.fullmatch(r"[0-9a-f]*", document_id) is None  # never a hex id
+        check_entity_key(entity)  # no length is refused
     with pytest.raises(TypeError):
         check_entity_key("text")  # type: ignore[arg-type]
+
+
+def test_long_entity_keys_sharing_a_prefix_get_distinct_ids() -> None:
+    base = b"p" * 5_000
+    ids = {entity_document_id(base + tail) for tail in (b"", b"a", b"b", b"ab")}
+
+    assert len(ids) == 4
+
+
+def test_a_document_of_a_long_entity_counts_its_digest_id_and_the_full_key() -> None:
+    entity = b"e" * 1_000
+    record = LongtermRecord(entity_key=entity, key="k", value=b"xyz", seq=1, updated_at_ms=2)
+    # As test_document_size_follows_firestores_size_rules, with the 71-character id
+    # (72 bytes) for "01" (3) and the 1,000-byte key for b"\x01" (1).
+    assert document_size("c", record) == 140 + (72 - 3) + (1_000 - 1)
+    assert document_path("c", entity, "k")[1] == entity_document_id(entity)
+
+
+def test_a_document_too_large_for_its_entity_key_says_so() -> None:
+    entity = b"e" * MAX_DOCUMENT_BYTES
+    with pytest.raises(StoreLimitError, match=f"{MAX_DOCUMENT_BYTES}-byte entity key"):
+        check_commit(COLLECTION, {"k": rec("k", entity=entity)})
 
 
 # -- collection ids ---------------------------------------------------------------------
