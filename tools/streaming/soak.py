@@ -57,6 +57,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=1000, help="entity keys")
     parser.add_argument("--model_latency_ms", type=int, default=200)
     parser.add_argument("--max_in_flight", type=int, default=64)
+    parser.add_argument("--retry_max_ms", type=int, default=60_000,
+                        help="--retry_max_ms of the runs: how long a key waits at most between "
+                             "retries of the 503 burst (the runs' default, 60 s)")
     parser.add_argument("--quota", type=int, default=0,
                         help="--model_quota of the runs (default: 1.2 x rate, rounded up)")
     parser.add_argument("--drain_s", type=float, default=0.0,
@@ -106,6 +109,7 @@ class Soak:
                    "--model_latency_ms", str(self.args.model_latency_ms),
                    "--model_outage", f"{outage_first}:20", "--model_quota", str(quota),
                    "--max_in_flight", str(self.args.max_in_flight),
+                   "--retry_max_ms", str(self.args.retry_max_ms),
                    "--longterm_store", "firestore", "--firestore_project", PROJECT,
                    "--firestore_collection", f"soak-longterm-{suffix}",
                    "--call_journal", "firestore",
