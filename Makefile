@@ -57,6 +57,7 @@ envs: $(ENVS)
 test:
 	$(MAKE) --no-print-directory -j4 envs
 	$(MAKE) --no-print-directory lint
+	mkdir -p .pytest-tmp
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-dev test-latest
 
 # Everything, on the dev line (Beam 2.61 + PyFlink).
