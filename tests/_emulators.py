@@ -38,9 +38,11 @@ __all__ = [
     "Emulator",
     "EmulatorError",
     "EmulatorKind",
+    "accepts_connections",
     "free_port",
     "running",
     "sdk_root",
+    "stop_process_group",
 ]
 
 _START_TIMEOUT_S = 60.0
@@ -127,7 +129,8 @@ def free_port() -> int:
         return port
 
 
-def _accepts_connections(port: int) -> bool:
+def accepts_connections(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -181,7 +184,7 @@ class Emulator:
                     f"{self._process.returncode} during start:\n{self.log_tail()}")
             printed = printed or self.kind.ready_line in self._log_path.read_text(
                 errors="replace")
-            if printed and _accepts_connections(self.port):
+            if printed and accepts_connections(self.port):
                 return
             time.sleep(0.05)
         raise EmulatorError(
@@ -197,22 +200,32 @@ class Emulator:
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL after ~5 s, wait for the port to close."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=_STOP_GRACE_S)
         if process is not None:
-            deadline = time.monotonic() + _STOP_GRACE_S
-            while time.monotonic() < deadline and _accepts_connections(self.port):
-                time.sleep(0.05)
+            stop_process_group(process, self.port)
         if self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
             self._log_path = None
+
+
+def stop_process_group(process: subprocess.Popen[bytes], port: int) -> None:
+    """End a server started in a session of its own, and wait until `port` is closed.
+
+    SIGTERM to its process group, SIGKILL after ~5 s: the process and all it
+    spawned. The port check keeps a restart on the same port from racing the
+    old server.
+    """
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=_STOP_GRACE_S)
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while port and time.monotonic() < deadline and accepts_connections(port):
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

@@ -49,8 +49,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -63,7 +61,13 @@ from pathlib import Path
 
 import pytest
 
-from tests._emulators import FIRESTORE, Emulator, EmulatorError
+from tests._emulators import (
+    FIRESTORE,
+    Emulator,
+    EmulatorError,
+    accepts_connections,
+    stop_process_group,
+)
 
 __all__ = [
     "EMULATOR_HOST_ENV",
@@ -316,7 +320,7 @@ class _NpmServer:
                 for line in self._log_path.read_text(errors="replace").splitlines():
                     if line.startswith(_READY_MARK):
                         port = int(line.split()[1])
-            if port is not None and _accepts_connections(port):
+            if port is not None and accepts_connections(port):
                 return port
             time.sleep(0.05)
         raise FirestoreServerError(
@@ -333,17 +337,8 @@ class _NpmServer:
         process, self._process = self._process, None
         if process is not None and process.stdin is not None:
             process.stdin.close()
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=5)
         if process is not None:
-            _wait_port_closed(self.port)
+            stop_process_group(process, self.port)
         if self._log_path is not None:
             self._log_path.unlink(missing_ok=True)
             self._log_path = None
@@ -470,18 +465,6 @@ class FirestoreServer:
     def stop(self) -> None:
         """Stop the process (TERM, then KILL) and wait until its port is closed; idempotent."""
         self._impl.stop()
-
-
-def _accepts_connections(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _wait_port_closed(port: int, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while port and time.monotonic() < deadline and _accepts_connections(port):
-        time.sleep(0.05)
 
 
 # -- shared and private servers for fixtures ----------------------------------------------
