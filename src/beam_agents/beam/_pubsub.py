@@ -105,6 +105,7 @@ class LocalSubscriptionReads:
         self._stopped = threading.Event()
         self._saved: dict[str, Any] = {}
         self._pulled = 0
+        self._client: Any = None
 
     @property
     def pulled(self) -> int:
@@ -135,7 +136,11 @@ class LocalSubscriptionReads:
         def read(reader: Any, timestamp_attribute: str | None) -> list[tuple[Any, Any]]:
             if stopped.is_set():
                 return []
-            pulled = list(_pull(reader._sub_name, timestamp_attribute))
+            if self._client is None:
+                from google.cloud.pubsub_v1 import SubscriberClient  # noqa: PLC0415
+
+                self._client = SubscriberClient()  # one channel for the run, not one per pull
+            pulled = list(_pull(self._client, reader._sub_name, timestamp_attribute))
             self._pulled += len(pulled)  # one reader thread at a time per source
             return pulled
 
@@ -149,7 +154,10 @@ class LocalSubscriptionReads:
         setattr(evaluator, "finish_bundle", finish_bundle)  # noqa: B010
 
     def uninstall(self) -> None:
-        """Put the local runner's own reader back."""
+        """Put the local runner's own reader back, and close the client it pulled with."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if not self._saved:
             return
         from apache_beam.runners.direct import transform_evaluator  # noqa: PLC0415
@@ -159,40 +167,36 @@ class LocalSubscriptionReads:
         self._saved = {}
 
 
-def _pull(subscription: str, timestamp_attribute: str | None) -> Iterator[tuple[Any, Any]]:
+def _pull(client: Any, subscription: str,
+          timestamp_attribute: str | None) -> Iterator[tuple[Any, Any]]:
     """One pull: ``(timestamp, PubsubMessage)`` pairs, acknowledged as Beam's reader does."""
     from apache_beam.io.gcp.pubsub import PubsubMessage  # noqa: PLC0415
     from apache_beam.utils.timestamp import Timestamp  # noqa: PLC0415
     from google.api_core import exceptions  # noqa: PLC0415
-    from google.cloud.pubsub_v1 import SubscriberClient  # noqa: PLC0415
 
-    client = SubscriberClient()
     try:
-        try:
-            response = client.pull(subscription=subscription, max_messages=_PULL_MAX_MESSAGES,
-                                   timeout=_PULL_TIMEOUT_S, retry=None)
-        except exceptions.DeadlineExceeded:
-            return
-        received = list(response.received_messages)
-        pairs = []
-        for item in received:
-            message = item.message
-            attributes = dict(message.attributes)
-            stamp = attributes.get(timestamp_attribute or "")
-            if not stamp:
-                timestamp = Timestamp.from_utc_datetime(message.publish_time)
-            elif stamp.isdigit():  # milliseconds since the epoch, or RFC 3339, as Beam reads them
-                timestamp = Timestamp(micros=int(stamp) * 1000)
-            else:
-                timestamp = Timestamp.from_rfc3339(stamp)
-            pairs.append((timestamp, PubsubMessage(message.data, attributes,
-                                                   message_id=message.message_id)))
-        if received:
-            client.acknowledge(subscription=subscription,
-                               ack_ids=[item.ack_id for item in received])
-        yield from pairs
-    finally:
-        client.close()
+        response = client.pull(subscription=subscription, max_messages=_PULL_MAX_MESSAGES,
+                               timeout=_PULL_TIMEOUT_S, retry=None)
+    except exceptions.DeadlineExceeded:
+        return
+    received = list(response.received_messages)
+    pairs = []
+    for item in received:
+        message = item.message
+        attributes = dict(message.attributes)
+        stamp = attributes.get(timestamp_attribute or "")
+        if not stamp:
+            timestamp = Timestamp.from_utc_datetime(message.publish_time)
+        elif stamp.isdigit():  # milliseconds since the epoch, or RFC 3339, as Beam reads them
+            timestamp = Timestamp(micros=int(stamp) * 1000)
+        else:
+            timestamp = Timestamp.from_rfc3339(stamp)
+        pairs.append((timestamp, PubsubMessage(message.data, attributes,
+                                               message_id=message.message_id)))
+    if received:
+        client.acknowledge(subscription=subscription,
+                           ack_ids=[item.ack_id for item in received])
+    yield from pairs
 
 
 @dataclass(frozen=True, slots=True)
