@@ -186,13 +186,57 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _rest_ready(port: int) -> bool:
-    """True once the REST endpoint answers and a task manager has registered."""
+#: Task managers of the test cluster. Two, as a real deployment has more than
+#: one: a job that loses one (Flink ends a task manager whose task fails while
+#: it is cleaning up after a killed Python worker) restarts on the other.
+TASK_MANAGERS = 2
+
+
+def _registered_task_managers(address: str) -> int:
+    """How many task managers the REST endpoint lists (0 while it does not answer)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/overview", timeout=2) as reply:
-            return int(json.load(reply).get("taskmanagers", 0)) > 0
-    except OSError:
-        return False
+        with urllib.request.urlopen(f"http://{address}/overview", timeout=2) as reply:
+            return int(json.load(reply).get("taskmanagers", 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def _live_task_managers(pid_dir: Path) -> int:
+    """How many task manager processes of this cluster are alive."""
+    alive = 0
+    for pid_file in pid_dir.glob("*taskexecutor*.pid"):
+        for pid in pid_file.read_text().split():
+            with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+                os.kill(int(pid), 0)
+                alive += 1
+    return alive
+
+
+def _await_task_managers(address: str, env: dict[str, str]) -> None:
+    """Wait until all `TASK_MANAGERS` have registered, or fail with the logs."""
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while _registered_task_managers(address) < TASK_MANAGERS:
+        if time.monotonic() > deadline:
+            logs = "\n".join(log.read_text()[-2000:]
+                              for log in Path(env["FLINK_LOG_DIR"]).glob("*.log"))
+            raise AssertionError(f"the Flink cluster's task managers did not come up:\n{logs}")
+        time.sleep(0.5)
+
+
+def _replace_lost_task_managers(address: str, env: dict[str, str]) -> None:
+    """Start a task manager for each one that has died, as a deployment's supervisor would.
+
+    A test that kills a Python worker may take its task manager down with it;
+    the next test must not find the cluster short of slots.
+    """
+    pid_dir = Path(env["FLINK_PID_DIR"])
+    missing = TASK_MANAGERS - _live_task_managers(pid_dir)
+    if missing <= 0:
+        return
+    for _ in range(missing):
+        subprocess.run(["bash", str(FLINK_HOME / "bin" / "taskmanager.sh"), "start"], env=env,
+                       check=True, capture_output=True, timeout=_START_TIMEOUT_S)
+    _await_task_managers(address, env)
 
 
 @pytest.fixture(scope="session")
@@ -221,19 +265,16 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         "factory": {"class": "org.apache.flink.metrics.slf4j.Slf4jReporterFactory"},
         "interval": "200 ms"}}}
     (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf))
+    (conf_dir / "workers").write_text("localhost\n" * TASK_MANAGERS)
     env = job_env(FLINK_CONF_DIR=str(conf_dir), FLINK_LOG_DIR=str(log_dir),
                   FLINK_PID_DIR=str(pid_dir))
     bin_dir = FLINK_HOME / "bin"
     try:
         subprocess.run(["bash", str(bin_dir / "start-cluster.sh")], env=env, check=True,
                        capture_output=True, timeout=_START_TIMEOUT_S)
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _rest_ready(rest_port):
-            if time.monotonic() > deadline:
-                logs = "\n".join(p.read_text()[-2000:] for p in log_dir.glob("*.log"))
-                raise AssertionError(f"the Flink cluster did not come up:\n{logs}")
-            time.sleep(0.5)
-        yield f"localhost:{rest_port}", {**env, "FLINK_LOG_DIR": str(log_dir)}
+        env = {**env, "FLINK_LOG_DIR": str(log_dir)}
+        _await_task_managers(f"localhost:{rest_port}", env)
+        yield f"localhost:{rest_port}", env
     finally:
         subprocess.run(["bash", str(bin_dir / "stop-cluster.sh")], env=env, check=False,
                        capture_output=True, timeout=60)
@@ -249,6 +290,7 @@ def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[st
     If the job fails or hangs, every job still on the cluster is cancelled, so
     the next test gets free slots, and the cluster logs' digest is shown.
     """
+    _replace_lost_task_managers(address, env)
     command = [str(FLINK_HOME / "bin" / "flink"), "run", "-m", address, "--python", str(script),
                "-pyexec", sys.executable, *args]
     try:
