@@ -25,6 +25,8 @@ split by who has to act on it::
     │   │   └── QuotaExhaustedError   the account's quota is used up (a daily or billing limit)
     │   └── ProviderRejected          other 4xx; not retriable
     ├── BudgetExceededError           the agent: an entity spent its token budget (invariant 12)
+    ├── BacklogFullError              the producer: a key has --max_queued_per_key queued; retriable
+    ├── LateEventError                the producer: an event came behind the watermark; retriable
     └── ActivationTimeoutError        the agent ran past AgentConfig.timeout_ms
 
 `MemoryOverflow`, `ScopeViolation` and `MemoryUnavailable` keep the names the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActivationTimeoutError",
+    "BacklogFullError",
     "BeamAgentsError",
     "BudgetExceededError",
     "ConfigError",
@@ -45,6 +48,7 @@ __all__ = [
     "IntentTooLargeError",
     "JournalCorruptError",
     "JournalUnavailable",
+    "LateEventError",
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
@@ -243,6 +247,45 @@ class QuotaExhaustedError(ProviderUnavailable):
 
 class ProviderRejected(ModelError):
     """The provider refused the request itself (a 4xx other than 429); not retriable."""
+
+
+class BacklogFullError(BeamAgentsError):
+    """An entity already has ``--max_queued_per_key`` events queued (stage BACKLOG).
+
+    Retriable: the event was never queued, so redriving it once the key has
+    caught up runs it as if it had just arrived.
+    """
+
+    retriable = True
+
+    def __init__(self, *, entity_key: bytes, queued: int, max_queued: int) -> None:
+        who = entity_key.decode("utf-8", "backslashreplace")
+        super().__init__(
+            f"entity {who!r} has {queued} events queued, the --max_queued_per_key cap of "
+            f"{max_queued}; this event was not queued. Redrive it once the key has caught up, "
+            "or raise --max_queued_per_key.")
+        self.entity_key = entity_key
+        self.queued = queued
+        self.max_queued = max_queued
+
+
+class LateEventError(BeamAgentsError):
+    """An event arrived behind the watermark under ``--late_events dead_letter`` (stage LATE).
+
+    Retriable: redriving it runs it on arrival, after the events it was late for.
+    """
+
+    retriable = True
+
+    def __init__(self, *, entity_key: bytes, event_time_ms: int, watermark_ms: int) -> None:
+        who = entity_key.decode("utf-8", "backslashreplace")
+        super().__init__(
+            f"event of entity {who!r} at event time {event_time_ms} ms arrived behind the "
+            f"watermark ({watermark_ms} ms), past --max_out_of_orderness_ms; with "
+            "--late_events dead_letter it is not run. Redrive it to run it now.")
+        self.entity_key = entity_key
+        self.event_time_ms = event_time_ms
+        self.watermark_ms = watermark_ms
 
 
 class BudgetExceededError(BeamAgentsError):

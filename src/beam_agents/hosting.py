@@ -89,6 +89,9 @@ _ENGINE_FLAGS = (
     ("max_in_flight", "max_in_flight", "Activations of different keys a worker runs at once "
      "(default 64); a key never runs two."),
     ("agent_threads", "agent_threads", "Threads for sync agents (default 64)."),
+    ("max_queued_per_key", "max_queued_per_key", "Events one key may hold queued, its "
+     "running one included (default 10000); past it the key's new events are BACKLOG dead "
+     "letters, redrivable, instead of keyed state growing without bound."),
 )
 #: flag, RetryPolicy field, help: what happens while a provider or store is down
 _RETRY_FLAGS = (
@@ -123,8 +126,8 @@ _BUDGET_FLAGS = (
 )
 _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longterm_memory",
                            "max_intent_bytes", "max_event_bytes", "traceback_bytes",
-                           "max_in_flight", "agent_threads", "retry", "call_journal",
-                           "call_journal_ttl_ms", "max_tokens_per_entity",
+                           "max_in_flight", "agent_threads", "max_queued_per_key", "retry",
+                           "call_journal", "call_journal_ttl_ms", "max_tokens_per_entity",
                            "budget_window_ms"})
 
 

@@ -28,7 +28,13 @@ from apache_beam.transforms.window import TimestampedValue
 from beam_agents.beam import ERRORS, AgentDoFn, DecodeEvents
 from beam_agents.errors import ProviderUnavailable
 from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
-from beam_agents.runtime import AgentConfig, RetryPolicy
+from beam_agents.runtime import (
+    AgentConfig,
+    AgentEvent,
+    EventOrdering,
+    RetryPolicy,
+    error_from_json,
+)
 from beam_agents.testing import ScriptedModel
 
 pytestmark = pytest.mark.timeout(120)
@@ -163,3 +169,69 @@ def test_an_outage_suspends_the_key_and_each_call_is_paid_once(pump_by_timer: bo
         assert [(i["seq"], i["event_id"]) for i in rows] == [
             (n + 1, f"e{n:02d}") for n in range(4)], key
         assert [a["text"] for a in answers] == [f"ok {key}: m{n}" for n in range(4)], key
+
+
+def _ordered_run(ordering: EventOrdering, batches: list[list[tuple[str, int]]],
+                 ) -> tuple[list[dict], list[dict]]:
+    """Each batch's (key, n) events in the order given, then the watermark past them (or kept)."""
+    stream, watermark = EventStream(), 0.0
+    for batch in batches:
+        stream = stream.add_elements([TimestampedValue(line(key, n), n) for key, n in batch])
+        watermark = max(watermark + 0.1, max(n for _, n in batch) + 0.5)
+        stream = stream.advance_watermark_to(watermark)
+    stream = stream.advance_watermark_to_infinity()
+    COLLECTED.clear()
+    options = PipelineOptions(["--runner=DirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = TestPipeline(options=options)
+    decoded = (pipeline
+               | "Events" >> stream
+               | "Decode" >> beam.ParDo(DecodeEvents("json")).with_output_types(KEYED)
+               .with_outputs(ERRORS, main="events"))
+    activated = decoded.events | "Activate" >> beam.ParDo(
+        AgentDoFn(AgentConfig(agent="tests.agents:counter"), ordering=ordering)
+    ).with_input_types(KEYED).with_outputs(ERRORS, main="intents")
+    _ = activated.intents | "KeepIntents" >> beam.Map(collect, "intents")
+    _ = activated[ERRORS] | "KeepErrors" >> beam.Map(collect, "errors")
+    pipeline.run().wait_until_finish()
+    return ([json.loads(x) for x in COLLECTED["intents"]],
+            [json.loads(x) for x in COLLECTED["errors"]])
+
+
+#: Out of order within each batch; the second batch's e02 is behind what "a" already ran.
+OUT_OF_ORDER = [[("a", 3), ("b", 1), ("a", 1), ("b", 0), ("a", 0)],
+                [("a", 2)],
+                [("a", 5), ("b", 2), ("a", 4)]]
+
+
+def test_events_out_of_order_within_the_bound_run_in_exact_event_time_order() -> None:
+    """Beam streaming, event-time order: the watermark releases each key's events in order."""
+    intents, errors = _ordered_run(EventOrdering(), [OUT_OF_ORDER[0], OUT_OF_ORDER[2]])
+    assert errors == []
+    ran = {key: [i["event_id"] for i in rows] for key, rows in by_key(intents).items()}
+    assert ran == {"a": ["e00", "e01", "e03", "e04", "e05"], "b": ["e00", "e01", "e02"]}
+
+
+def test_a_late_event_runs_on_arrival_and_is_counted() -> None:
+    """Behind the watermark its key has run past: it runs next, after the ones it was late for."""
+    intents, errors = _ordered_run(EventOrdering(), OUT_OF_ORDER)
+    assert errors == []
+    ran = [i["event_id"] for i in by_key(intents)["a"]]
+    assert ran == ["e00", "e01", "e03", "e02", "e04", "e05"]
+
+
+def test_a_late_event_is_a_late_dead_letter_with_the_flag() -> None:
+    """--late_events dead_letter: the late event is a LATE dead letter carrying it."""
+    intents, errors = _ordered_run(EventOrdering(late_events="dead_letter"), OUT_OF_ORDER)
+    assert [(e["stage"], e["event_id"], e["retriable"]) for e in errors] == [
+        ("STAGE_LATE", "e02", True)]
+    record = error_from_json(json.dumps(errors[0]))
+    assert AgentEvent.FromString(record.event).event_id == "e02"  # redrivable
+    assert [i["event_id"] for i in by_key(intents)["a"]] == ["e00", "e01", "e03", "e04", "e05"]
+
+
+def test_arrival_order_runs_an_event_as_soon_as_its_key_is_free() -> None:
+    """--event_order arrival: no waiting for the watermark, so "a" starts with e03."""
+    intents, errors = _ordered_run(EventOrdering(mode="arrival"), [OUT_OF_ORDER[0]])
+    assert errors == []
+    assert by_key(intents)["a"][0]["event_id"] == "e03"

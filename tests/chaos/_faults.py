@@ -428,10 +428,11 @@ class StepClock:
 
 def fresh_cells(*, memory: bytes | None = None, llm_cache: bytes | None = None,
                 seq: int | None = None) -> KeyCells:
-    """A key's six keyed-state cells, in process, optionally seeded."""
+    """A key's nine keyed-state cells, in process, optionally seeded."""
     return KeyCells(state=StateCells(ValueCell(memory), ValueCell(llm_cache), ValueCell(seq),
                                       ValueCell()),
-                    queue=BagCell(), attempt=ValueCell(), retry_at_ms=ValueCell())
+                    queue=BagCell(), dequeued=BagCell(), queue_meta=ValueCell(),
+                    attempt=ValueCell(), retry_at_ms=ValueCell())
 
 
 @dataclass

@@ -90,9 +90,13 @@ class SeededAgentDoFn(AgentDoFn):
         seq: Any = _PARAMS["seq"].default,
         budget: Any = _PARAMS["budget"].default,
         queue: Any = _PARAMS["queue"].default,
+        dequeued: Any = _PARAMS["dequeued"].default,
+        queue_meta: Any = _PARAMS["queue_meta"].default,
         attempt: Any = _PARAMS["attempt"].default,
         retry_at: Any = _PARAMS["retry_at"].default,
+        watermark: Any = _PARAMS["watermark"].default,
         wake: Any = _PARAMS["wake"].default,
+        release: Any = _PARAMS["release"].default,
         end_of_input: Any = _PARAMS["end_of_input"].default,
     ) -> Any:
         key = element[0]
@@ -101,8 +105,9 @@ class SeededAgentDoFn(AgentDoFn):
             memory.write(blob)
             seq.write(committed_seq)
         SEEN[key].append((memory.read(), seq.read()))
-        return super().process(element, memory, llm_cache, seq, budget, queue, attempt,
-                               retry_at, wake, end_of_input)
+        return super().process(element, memory, llm_cache, seq, budget, queue, dequeued,
+                               queue_meta, attempt, retry_at, watermark, wake, release,
+                               end_of_input)
 
 
 def stream_of(batches: Iterable[list[AgentEvent]]) -> EventStream:

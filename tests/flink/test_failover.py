@@ -79,6 +79,10 @@ def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
            # Restart after 2 s (production waits 10 s), not at once: a restart
            # racing the failed attempt's teardown is not the failure under test.
            "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
+               # Activations run as events arrive, so checkpoints land between
+               # them: the crash under test comes mid-run, after one covered a
+               # commit. (In event-time order a bounded input runs at its end.)
+               "--event_order", "arrival",
            "--restart_delay_ms", "2000"]
     if cluster is None:
         run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env,

@@ -33,6 +33,10 @@ def test_flink_run_submits_the_template_to_a_standalone_cluster(
         "--input_files", str(events), "--output_path", str(tmp_path / "intents"),
         "--errors_path", str(tmp_path / "errors"), *agent,
         "--checkpointing_interval_ms", "1000", "--parallelism", "2",
+        # Activations while the job runs, so the reporter (every 200 ms) sees
+        # their counters before the tasks finish; in event-time order they all
+        # run in the job's last moments (test_equivalence covers that order).
+        "--event_order", "arrival",
         "--job_name", "flink-run-test"])
     assert "Job has been submitted with JobID" in stdout
 

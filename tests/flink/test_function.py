@@ -23,11 +23,7 @@ from pyflink.datastream import TimeDomain
 from beam_agents.errors import ProviderUnavailable
 from beam_agents.flink import ERRORS, AgentKeyedProcessFunction
 from beam_agents.flink import _function as function_module
-from beam_agents.flink._function import (
-    END_OF_INPUT_MS,
-    END_OF_INPUT_ROUNDS,
-    MAX_QUEUED_PER_KEY,
-)
+from beam_agents.flink._function import END_OF_INPUT_MS, FIRST_ROUND_MS, MAX_AHEAD, EventOrder
 from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelRequest
 from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
@@ -125,10 +121,11 @@ class _Context:
 class _Operator:
     """Runs the function like PyFlink's keyed operator: elements, then the timers it set."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time") -> None:
         self.backend = _Backend()
-        self.function = AgentKeyedProcessFunction(config)
+        self.function = AgentKeyedProcessFunction(config, event_order=event_order)
         self.function.open(_RuntimeContext(self.backend))  # type: ignore[arg-type]
+        self.engine = self.function._engine  # kept past close(), to read the queues
         self.processing_timers: set[tuple[int, str]] = set()
         self.event_timers: set[tuple[int, str]] = set()
         self.event_rounds: list[list[str]] = []  # keys fired at the end, by timestamp
@@ -171,7 +168,10 @@ class _Operator:
             self._fire(timer, TimeDomain.EVENT_TIME)
 
     def queued(self, key: str) -> int:
-        return len(self.backend.values["queue"].get(key) or [])
+        """The key's queue length, as the engine reads it from the key's cells."""
+        self.backend.key = key
+        assert self.engine is not None
+        return self.engine.queue_length(key, self.function._cells)
 
     def close(self) -> None:
         self.function.close()
@@ -199,10 +199,12 @@ def _payloads(intents: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return [json.loads(i["payload"]) for i in intents if i["entity_key"] == key]
 
 
-def test_keys_run_at_once_and_each_key_commits_in_event_time_order() -> None:
+@pytest.mark.parametrize("order", ["event_time", "arrival"])
+def test_keys_run_at_once_and_each_key_commits_in_event_time_order(order: EventOrder) -> None:
     """Many keys in flight per instance; per key one at a time, seq following event time."""
     agents.TIMED.clear()
-    operator = _Operator(AgentConfig(agent="tests.agents:timed", max_in_flight=16))
+    operator = _Operator(AgentConfig(agent="tests.agents:timed", max_in_flight=16),
+                         event_order=order)
     keys = [f"k{k}" for k in range(8)]
     try:
         for n, key in itertools.product(range(5), keys):
@@ -222,17 +224,18 @@ def test_keys_run_at_once_and_each_key_commits_in_event_time_order() -> None:
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans))  # keys overlapped
 
 
-def test_every_key_registers_the_end_of_input_timer_and_it_drains_the_queue() -> None:
-    """With no processing-time timer fired at all, the final watermark still runs everything."""
+def test_every_key_registers_the_end_of_input_timers_and_they_drain_the_queue() -> None:
+    """In event-time order nothing runs before the final watermark, which then runs everything."""
     operator = _Operator(AgentConfig(agent="tests.agents:counter"))
     try:
         for n, key in itertools.product(range(4), ("a", "b", "c")):
             operator.element(key, _event(key, n))
-        # The rounds, a millisecond apart, then the drain, set with the events.
+        # A round per queued position, then the drain, set with the events.
         assert operator.event_timers == {
-            (END_OF_INPUT_MS - r, key) for key in ("a", "b", "c")
-            for r in range(END_OF_INPUT_ROUNDS + 1)}
-        assert operator.processing_timers  # it asked to be called back
+            (at, key) for key in ("a", "b", "c")
+            for at in (*range(FIRST_ROUND_MS, FIRST_ROUND_MS + 4), END_OF_INPUT_MS)}
+        assert operator.processing_timers == set() and operator.intents == []
+        assert all(operator.queued(key) == 4 for key in ("a", "b", "c"))
         operator.end_of_input()
     finally:
         operator.close()
@@ -252,30 +255,72 @@ def test_the_end_of_input_runs_every_keys_next_event_at_once() -> None:
     operator = _Operator(AgentConfig(agent="tests.agents:steady"))
     keys = [f"k{k}" for k in range(6)]
     try:
-        for n, key in itertools.product(range(MAX_QUEUED_PER_KEY), keys):
+        for n, key in itertools.product(range(3), keys):
             operator.element(key, _event(key, n))  # no processing-time timer ever fires
         operator.end_of_input()
     finally:
         operator.close()
 
     for key in keys:
-        assert [p["seq"] for p in _payloads(operator.intents, key)] == [1, 2]
+        assert [p["seq"] for p in _payloads(operator.intents, key)] == [1, 2, 3]
         assert operator.queued(key) == 0
-    # Every key's second event started at the end, its first having run at once.
-    at_end = sorted((start, end) for _, seq, _, start, end in agents.TIMED if seq == 2)
-    assert len(at_end) == len(keys)
-    overlapping = max(sum(1 for s, e in at_end if s <= start < e) for start, _ in at_end)
-    assert overlapping > len(keys) // 2, at_end
-    # Every key's round, then every key's next, then the drain.
-    assert operator.event_rounds == [sorted(keys)] * (END_OF_INPUT_ROUNDS + 1)
+    for seq in (1, 2, 3):
+        started = sorted((start, end) for _, s, _, start, end in agents.TIMED if s == seq)
+        assert len(started) == len(keys)
+        overlapping = max(sum(1 for s, e in started if s <= start < e) for start, _ in started)
+        assert overlapping > len(keys) // 2, (seq, started)
+    # Three rounds of every key, then the drain.
+    assert operator.event_rounds == [sorted(keys)] * 4
     assert operator.event_timers == set()  # nothing set for a pass that will not fire it
+
+
+def test_any_line_order_gives_the_same_intents_in_event_time_order() -> None:
+    """Invariant 10 on Flink: three line orders, byte-identical intents; ties by event_id."""
+    def events() -> list[tuple[str, bytes]]:
+        out = [(key, _event(key, n)) for key in ("a", "b") for n in range(6)]
+        for event_id in ("e9", "e10", "e100"):  # one event time: e10 < e100 < e9
+            out.append(("a", AgentEvent(entity_key=b"a", event_id=event_id, event_time_ms=5,
+                                        payload=event_id.encode()).SerializeToString(
+                                            deterministic=True)))
+        return out
+
+    runs = []
+    for order in (events(), events()[::-1], sorted(events(), key=lambda e: e[1][::-1])):
+        operator = _Operator(AgentConfig(agent="tests.agents:counter"))
+        try:
+            for key, event in order:
+                operator.element(key, event)
+            operator.end_of_input()
+        finally:
+            operator.close()
+        runs.append(sorted(json.dumps(i, sort_keys=True) for i in operator.intents))
+        ran = [i["event_id"] for i in operator.intents if i["entity_key"] == "a"]
+        assert ran[:3] == ["e10", "e100", "e9"], ran
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_a_key_past_its_queue_cap_dead_letters_the_rest_as_backlog() -> None:
+    """Invariant 4 on the queue: the cap's overflow is BACKLOG dead letters carrying the event."""
+    operator = _Operator(AgentConfig(agent="tests.agents:counter", max_queued_per_key=3))
+    try:
+        for n in range(5):
+            operator.element("hot", _event("hot", n))
+        operator.element("cold", _event("cold", 0))
+        assert operator.queued("hot") == 3
+        operator.end_of_input()
+    finally:
+        operator.close()
+    assert [p["count"] for p in _payloads(operator.intents, "hot")] == [1, 2, 3]
+    assert [p["count"] for p in _payloads(operator.intents, "cold")] == [1]
+    assert [(e["stage"], e["event_id"], e["retriable"]) for e in operator.errors] == [
+        ("STAGE_BACKLOG", "e03", True), ("STAGE_BACKLOG", "e04", True)]
 
 
 def test_the_drain_after_the_rounds_runs_what_is_left() -> None:
     """The drain timer alone (a key restored from before the rounds) runs its queue to the end."""
     operator = _Operator(AgentConfig(agent="tests.agents:counter"))
     try:
-        for n in range(MAX_QUEUED_PER_KEY):
+        for n in range(MAX_AHEAD):
             operator.element("a", _event("a", n))
         operator.event_timers = {(END_OF_INPUT_MS, "a")}
         operator.end_of_input()
@@ -286,12 +331,12 @@ def test_the_drain_after_the_rounds_runs_what_is_left() -> None:
 
 
 def test_a_key_that_runs_ahead_holds_the_input() -> None:
-    """After each element the key holds at most MAX_QUEUED_PER_KEY events, its running one too."""
-    operator = _Operator(AgentConfig(agent="tests.agents:timed"))
+    """In arrival order, after each element a key holds at most MAX_AHEAD events, running too."""
+    operator = _Operator(AgentConfig(agent="tests.agents:timed"), event_order="arrival")
     try:
         for n in range(8):
             operator.element("hot", _event("hot", n))
-            assert operator.queued("hot") <= MAX_QUEUED_PER_KEY
+            assert operator.queued("hot") <= MAX_AHEAD
         operator.end_of_input()
     finally:
         operator.close()
@@ -316,7 +361,7 @@ def test_a_suspended_key_does_not_hold_the_input(monkeypatch: pytest.MonkeyPatch
     # A long backoff: the head stays suspended for the whole test.
     config = AgentConfig(agent="tests.agents:ask",
                          retry=RetryPolicy(retry_initial_ms=60_000, retry_max_ms=60_000))
-    operator = _Operator(config)
+    operator = _Operator(config, event_order="arrival")
     try:
         started = time.monotonic()
         for n in range(5):

@@ -169,6 +169,10 @@ def _run(events: Path, out: Path, *, crash_seq: int, where: _Where) -> _Run:
                "--model_base_url", provider.url, *store_flags,
                "--python_executable", sys.executable, "--parallelism", "2",
                "--checkpointing_interval_ms", "200", "--restart_attempts", "2",
+               # Activations run as events arrive, so checkpoints land between
+               # them: the crash under test comes mid-run, after one covered a
+               # commit. (In event-time order a bounded input runs at its end.)
+               "--event_order", "arrival",
                "--restart_delay_ms", "2000"]
         if where.cluster is None:
             run_job(["-m", "tests.flink.failover_job", *fault, *job], env=env,

@@ -32,9 +32,10 @@ PUBLIC = {
         "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
     ],
     "beam_agents.runtime": [
-        "CELLS", "POLL_MS", "QUEUE_CELLS", "ActivationRuntime", "AgentConfig", "AgentContext",
-        "AgentEvent", "BagCell", "Committed", "ErrorRecord", "Failed", "InputDecoder", "Intent",
-        "KeyCells", "KeyRuns", "KeyedEngine", "KeyedState", "Outcome", "QueueCell",
+        "CELLS", "EARLIEST_MS", "POLL_MS", "QUEUE_CELLS", "ActivationRuntime", "AgentConfig",
+        "AgentContext", "AgentEvent", "BagCell", "Committed", "ErrorRecord", "EventOrdering",
+        "Failed", "InputDecoder", "Intent",
+        "KeyCells", "KeyRuns", "KeyedEngine", "KeyedState", "Next", "Outcome", "QueueCell",
         "RetryPolicy", "Running", "Scheduler", "StateCell", "StateCells", "Step", "ValueCell",
         "decode_event", "decode_event_json", "decode_event_proto", "decode_input",
         "encode_payload", "error_from_json", "error_record", "error_to_json", "event_to_json",
@@ -58,6 +59,8 @@ PUBLIC = {
         "ProviderUnavailable", "RingCorruptError", "ScopeViolation", "StateCorruptError",
         "StateError", "StoreError", "StoreLimitError", "UnsupportedSchemaVersionError",
         "BudgetExceededError", "QuotaExhaustedError", "RateLimitedError",
+        # Bounded backlogs and event-time order (invariants 4 and 10).
+        "BacklogFullError", "LateEventError",
     ],
     "beam_agents.metrics": ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"],
     "beam_agents.stores": [

@@ -23,6 +23,8 @@ class ErrorRecord(_message.Message):
         STAGE_JOURNAL: _ClassVar[ErrorRecord.Stage]
         STAGE_SCOPE_VIOLATION: _ClassVar[ErrorRecord.Stage]
         STAGE_BUDGET: _ClassVar[ErrorRecord.Stage]
+        STAGE_BACKLOG: _ClassVar[ErrorRecord.Stage]
+        STAGE_LATE: _ClassVar[ErrorRecord.Stage]
     STAGE_UNSPECIFIED: ErrorRecord.Stage
     STAGE_DECODE: ErrorRecord.Stage
     STAGE_STATE_CORRUPT: ErrorRecord.Stage
@@ -37,6 +39,8 @@ class ErrorRecord(_message.Message):
     STAGE_JOURNAL: ErrorRecord.Stage
     STAGE_SCOPE_VIOLATION: ErrorRecord.Stage
     STAGE_BUDGET: ErrorRecord.Stage
+    STAGE_BACKLOG: ErrorRecord.Stage
+    STAGE_LATE: ErrorRecord.Stage
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

@@ -1,18 +1,19 @@
 """AgentDoFn: the streaming host, a stateful DoFn over the shared `KeyedEngine`.
 
-It only translates between Beam and the engine (DESIGN's "Durable, concurrent
-activations"):
+It only translates between Beam and the engine (the design notes' "The
+streaming hosts"):
 
-* keyed state holds the four activation cells (`CELLS`) and the queue's
-  three (`QUEUE_CELLS`); `process` calls `KeyedEngine.offer`, so an event is
-  in the key's bag before anything runs it and a crash loses nothing
-  (invariant 8);
-* a processing-time timer calls `KeyedEngine.pump` at `Step.wake_at_ms`: the
-  outcome is applied in a callback that has the key's state in scope, while
-  other keys' activations keep running (invariant 10);
-* an event-time timer at the end of the global window calls
-  `KeyedEngine.drain`, so a bounded stream (a finished TestStream, a drained
-  Dataflow job) leaves nothing queued.
+* keyed state holds the activation cells (`CELLS`), the queue's (`QUEUE_CELLS`)
+  and the watermark the key has seen pass; `process` queues the event before
+  anything runs it, so a crash loses nothing (invariant 8);
+* a processing-time timer (``wake``) calls the engine back when the key's
+  activation can have finished or its retry is due, while other keys'
+  activations keep running (invariant 10);
+* in event-time order an event-time timer (``release``) fires once the
+  watermark has passed the key's next event, plus the allowed disorder;
+* an event-time timer (``end_of_input``) runs the queues when a bounded stream
+  ends (a finished TestStream, a drained job), in rounds: every key's next
+  event at once, then every key's next, then a drain of what is left.
 
 Committed lines go to the main output and dead letters to ``errors``; what
 commits is the engine's decision (invariants 1, 8, 9).
@@ -37,39 +38,57 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents.beam._host import ERRORS, ProviderFactory, SharedEngine, route, wall_ms
-from beam_agents.runtime import CELLS, QUEUE_CELLS, AgentConfig, KeyCells, StateCells, Step
+from beam_agents.runtime import (
+    CELLS,
+    QUEUE_CELLS,
+    AgentConfig,
+    EventOrdering,
+    KeyCells,
+    StateCells,
+    Step,
+)
 
 __all__ = ["ERRORS", "AgentDoFn"]
 
 _MEMORY, _LLM_CACHE, _SEQ, _BUDGET = CELLS
-_QUEUE, _ATTEMPT, _RETRY_AT = QUEUE_CELLS
+_QUEUE, _DEQUEUED, _QUEUE_META, _ATTEMPT, _RETRY_AT = QUEUE_CELLS
 _WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+_RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
 _END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
 # Beam finds timers by these parameter defaults, so they are built once, here.
 _WAKE_TIMER = beam.DoFn.TimerParam(_WAKE)
+_RELEASE_TIMER = beam.DoFn.TimerParam(_RELEASE)
 _END_OF_INPUT_TIMER = beam.DoFn.TimerParam(_END_OF_INPUT)
+
+#: The drain at the end of the input: the global window's last moment.
+_DRAIN = GlobalWindow().max_timestamp()
+#: The first end-of-input round; round *r* fires 1 µs after round *r - 1*.
+#: A key never holds more than ``max_queued_per_key`` (at most 10 000 000) events.
+_FIRST_ROUND = Timestamp(micros=_DRAIN.micros - 10_000_001)
+#: Release times are kept below the rounds.
+_LAST_RELEASE_MS = _FIRST_ROUND.micros // 1000 - 1
 
 
 class AgentDoFn(beam.DoFn):
     """Queues each ``(entity_key, AgentEvent bytes)`` in keyed state and runs it on the engine.
 
     The streaming host: up to ``config.max_in_flight`` keys' activations run
-    at once, one per key, in ``(event_time_ms, event_id)`` order (invariant
-    10); a transient failure suspends the key and retries it by timer with
-    the same seq (invariants 1, 9). Outputs canonical JSON lines: intents on
-    the main output, error records on the ``errors`` tagged output. Expects
-    the global window, as `build_pipeline` gives it.
+    at once, one per key, in ``(event_time_ms, event_id)`` order under the
+    watermark (invariant 10); a transient failure suspends the key and
+    retries it by timer with the same seq (invariants 1, 9). Outputs canonical
+    JSON lines: intents on the main output, error records on the ``errors``
+    tagged output. Expects the global window, as `build_pipeline` gives it.
 
     Streaming only: its lines can come from timers after the input ended, and
     a runner that holds no watermark for user timers (the DirectRunner's
-    bundle-based one, where a processing-time timer sends any pipeline) then
-    hands them to a downstream GroupByKey that has already closed. Bounded
-    input goes through `AgentBatchDoFn`, as `build_pipeline` does.
+    bundle-based one) then hands them to a downstream GroupByKey that has
+    already closed. Bounded input goes through `AgentBatchDoFn`.
 
     Args:
         config: What to run.
         provider: Builds the model provider in ``setup()`` in place of the one
             ``config.model`` names; the runtime closes what it builds.
+        ordering: How each key's events are ordered (event time by default).
     """
 
     MEMORY = ReadModifyWriteStateSpec(_MEMORY, BytesCoder())
@@ -77,13 +96,18 @@ class AgentDoFn(beam.DoFn):
     SEQ = ReadModifyWriteStateSpec(_SEQ, VarIntCoder())
     BUDGET = ReadModifyWriteStateSpec(_BUDGET, BytesCoder())
     QUEUE = BagStateSpec(_QUEUE, BytesCoder())
+    DEQUEUED = BagStateSpec(_DEQUEUED, BytesCoder())
+    QUEUE_META = ReadModifyWriteStateSpec(_QUEUE_META, BytesCoder())
     ATTEMPT = ReadModifyWriteStateSpec(_ATTEMPT, VarIntCoder())
     RETRY_AT = ReadModifyWriteStateSpec(_RETRY_AT, VarIntCoder())
+    WATERMARK = ReadModifyWriteStateSpec("watermark_ms", VarIntCoder())
 
-    def __init__(self, config: AgentConfig, *, provider: ProviderFactory | None = None) -> None:
+    def __init__(self, config: AgentConfig, *, provider: ProviderFactory | None = None,
+                 ordering: EventOrdering | None = None) -> None:
         super().__init__()
         self._config = config
         self._provider = provider
+        self._ordering = ordering if ordering is not None else EventOrdering()
         self._dofn_id = uuid.uuid4().hex  # pickled along: every copy finds the same engine
         self._shared: SharedEngine | None = None
 
@@ -99,18 +123,28 @@ class AgentDoFn(beam.DoFn):
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(WATERMARK),
         wake: Any = _WAKE_TIMER,
+        release: Any = _RELEASE_TIMER,
         end_of_input: Any = _END_OF_INPUT_TIMER,
     ) -> Iterator[Any]:
-        """Queue the event durably, then start the key's next activation if it may."""
+        """Queue the event durably (late ones as the ordering says), then pump the key."""
         shared = self._require_shared()
         key, event = element
-        end_of_input.set(GlobalWindow().max_timestamp())
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
-        step = shared.engine.offer(key, cells, event, wall_ms())
-        return self._emit(shared, key, step, wake)
+        end_of_input.set(_FIRST_ROUND)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
+                         attempt, retry_at)
+        seen = watermark.read()
+        refused = shared.engine.admit(key, cells, event, ordering=self._ordering,
+                                      watermark_ms=seen)
+        step = self._pump(shared, key, cells, seen)
+        lines = step.lines if refused is None else (refused, *step.lines)
+        return self._emit(shared, key, Step(lines, step.wake_at_ms, step.held_until_ms), wake,
+                          release)
 
     @on_timer(_WAKE)
     def on_wake(  # noqa: PLR0917 - Beam binds state and timers positionally
@@ -121,32 +155,83 @@ class AgentDoFn(beam.DoFn):
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(WATERMARK),
         wake: Any = _WAKE_TIMER,
+        release: Any = _RELEASE_TIMER,
     ) -> Iterator[Any]:
         """Apply the key's finished activation, if any, and start its next one."""
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
-        return self._emit(shared, key, shared.engine.pump(key, cells, wall_ms()), wake)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
+                         attempt, retry_at)
+        step = self._pump(shared, key, cells, watermark.read())
+        return self._emit(shared, key, step, wake, release)
 
-    @on_timer(_END_OF_INPUT)
-    def on_end_of_input(  # noqa: PLR0917 - Beam binds state and timers positionally
+    @on_timer(_RELEASE)
+    def on_release(  # noqa: PLR0917 - Beam binds state and timers positionally
         self,
         key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
         memory: Any = beam.DoFn.StateParam(MEMORY),
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
         queue: Any = beam.DoFn.StateParam(QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(WATERMARK),
+        wake: Any = _WAKE_TIMER,
+        release: Any = _RELEASE_TIMER,
+    ) -> Iterator[Any]:
+        """The watermark passed the key's next event: note it, and run what it let through."""
+        shared = self._require_shared()
+        seen = max(watermark.read() or fired.micros // 1000, fired.micros // 1000)
+        watermark.write(seen)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
+                         attempt, retry_at)
+        return self._emit(shared, key, self._pump(shared, key, cells, seen), wake, release)
+
+    @on_timer(_END_OF_INPUT)
+    def on_end_of_input(  # noqa: PLR0917 - Beam binds state and timers positionally
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
+        memory: Any = beam.DoFn.StateParam(MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(SEQ),
+        budget: Any = beam.DoFn.StateParam(BUDGET),
+        queue: Any = beam.DoFn.StateParam(QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
         attempt: Any = beam.DoFn.StateParam(ATTEMPT),
         retry_at: Any = beam.DoFn.StateParam(RETRY_AT),
         wake: Any = _WAKE_TIMER,
+        release: Any = _RELEASE_TIMER,
+        end_of_input: Any = _END_OF_INPUT_TIMER,
     ) -> Iterator[Any]:
-        """The input ended: run the key's queue to the end, waiting out any backoff."""
+        """The input ended: one round (finish the running activation, start the next), or the drain.
+
+        Every key's round *r* fires before its round *r + 1*, which this
+        round sets, so the keys' remaining events run side by side; the drain
+        at the window's end runs what a round left (a retry's backoff).
+        """
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, attempt, retry_at)
-        return self._emit(shared, key, shared.engine.drain(key, cells, clock_ms=wall_ms), wake)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
+                         attempt, retry_at)
+        engine = shared.engine
+        if fired < _DRAIN:
+            step = engine.settle(key, cells, clock_ms=wall_ms)
+            if step.wake_at_ms is not None:
+                end_of_input.set(Timestamp(micros=fired.micros + 1))
+        else:
+            step = engine.drain(key, cells, clock_ms=wall_ms)
+        release.clear()
+        return self._emit(shared, key, Step(step.lines, step.wake_at_ms), wake, release)
 
     def teardown(self) -> None:
         """Leave the shared engine; the last copy out closes the clients."""
@@ -158,13 +243,20 @@ class AgentDoFn(beam.DoFn):
         assert self._shared is not None, "setup() was not called"
         return self._shared
 
-    @staticmethod
-    def _emit(shared: SharedEngine, key: Hashable, step: Step, wake: Any) -> Iterator[Any]:
+    def _pump(self, shared: SharedEngine, key: Hashable, cells: KeyCells,
+              watermark_ms: int | None) -> Step:
+        return shared.engine.pump(key, cells, wall_ms(),
+                                  ready_through_ms=self._ordering.ready_through(watermark_ms))
+
+    def _emit(self, shared: SharedEngine, key: Hashable, step: Step, wake: Any,
+              release: Any) -> Iterator[Any]:
         if step.wake_at_ms is None:
             wake.clear()
         else:
             wake.set(Timestamp(micros=step.wake_at_ms * 1000))
+        if step.held_until_ms is not None:
+            at = min(self._ordering.release_at(step.held_until_ms), _LAST_RELEASE_MS)
+            release.set(Timestamp(micros=at * 1000))
         shared.track(key)
         shared.metrics.flush()  # on the bundle thread, which Beam attributes counters to
         return route(step.lines)
-

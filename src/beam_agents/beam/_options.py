@@ -14,9 +14,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags
-from beam_agents.runtime import AgentConfig
+from beam_agents.runtime import AgentConfig, EventOrdering
 
-__all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io"]
+__all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io",
+           "event_ordering_from_options"]
 
 
 class AgentPipelineOptions(PipelineOptions):
@@ -35,6 +36,21 @@ class AgentPipelineOptions(PipelineOptions):
         io.add_argument("--output_path", help="File for intents as JSON lines.")
         io.add_argument("--errors_topic", help="Pub/Sub dead-letter topic for error records.")
         io.add_argument("--errors_path", help="File for error records as JSON lines.")
+        io.add_argument("--input_timestamp_attribute", help="Pub/Sub attribute holding each "
+                        "message's event time (ms since the epoch, or RFC 3339); the "
+                        "watermark follows it. Unset: publish time.")
+        order = parser.add_argument_group("event order (streaming)")
+        order.add_argument("--event_order", choices=("event_time", "arrival"),
+                           default="event_time", help="event_time (default): each key's "
+                           "events run in event-time order once the watermark has passed "
+                           "them; arrival: as soon as the key is free, for the lowest latency. "
+                           "Files always run in full event-time order.")
+        order.add_argument("--max_out_of_orderness_ms", type=int, default=0,
+                           help="Disorder the event-time order still corrects: an event waits "
+                           "this long past the watermark (default 0: the source's watermark).")
+        order.add_argument("--late_events", choices=("run", "dead_letter"), default="run",
+                           help="An event behind what its key already ran: run it on arrival "
+                           "and count it (default), or make it a LATE dead letter.")
         add_agent_flags(parser)
 
 
@@ -52,10 +68,25 @@ def check_io(options: AgentPipelineOptions) -> None:
         if not (getattr(options, f"{output}_topic") or getattr(options, f"{output}_path")):
             raise ConfigError(f"set --{output}_topic or --{output}_path so nothing is dropped",
                               field=f"{output}_topic")
+        if options.input_timestamp_attribute and not options.input_subscription:
+            raise ConfigError("--input_timestamp_attribute needs --input_subscription; events "
+                              "from files carry event_time_ms", field="input_timestamp_attribute")
         if options.input_subscription and getattr(options, f"{output}_path"):
             # A single-file sink needs a bounded input; streaming output goes to Pub/Sub.
             raise ConfigError(f"--{output}_path needs --input_files; with --input_subscription "
                               f"write to --{output}_topic", field=f"{output}_path")
+
+
+def event_ordering_from_options(options: PipelineOptions) -> EventOrdering:
+    """The streaming host's event order from the flags (see `EventOrdering`).
+
+    Raises:
+        ConfigError: a value is out of range; names the flag.
+    """
+    opts = options.view_as(AgentPipelineOptions)
+    return EventOrdering(mode=opts.event_order,
+                         max_out_of_orderness_ms=opts.max_out_of_orderness_ms,
+                         late_events=opts.late_events)
 
 
 def _read_text(path: str) -> str:

@@ -33,7 +33,12 @@ from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._host import ProviderFactory
 from beam_agents.beam._metrics import BeamMetrics, local_tally
-from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
+from beam_agents.beam._options import (
+    AgentPipelineOptions,
+    agent_config_from_options,
+    check_io,
+    event_ordering_from_options,
+)
 from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
 from beam_agents.metrics import RecordingMetrics
@@ -41,6 +46,7 @@ from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,
     ErrorRecord,
+    EventOrdering,
     InputDecoder,
     Oversize,
     error_to_json,
@@ -89,7 +95,8 @@ class DecodeEvents(beam.DoFn):
 def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) -> Any:
     if opts.input_subscription:
         return pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
-            subscription=opts.input_subscription)
+            subscription=opts.input_subscription,
+            timestamp_attribute=opts.input_timestamp_attribute)
     if opts.input_format == "proto":
         return pipeline | "ReadTFRecord" >> beam.io.ReadFromTFRecord(opts.input_files)
     # Lines stay bytes, bounded by the size limit: a line that is not UTF-8,
@@ -116,13 +123,13 @@ def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
 
 
 def _activate(events: PCollection[tuple[bytes, bytes]], config: AgentConfig, *,
-              streaming: bool, provider: ProviderFactory | None) -> Any:
+              ordering: EventOrdering | None, provider: ProviderFactory | None) -> Any:
     keyed = beam.typehints.Tuple[bytes, bytes]
-    if streaming:
+    if ordering is not None:
         # The key type hint gives the stateful DoFn a deterministic key coder.
         return events | "Activate" >> beam.ParDo(
-            AgentDoFn(config, provider=provider)).with_input_types(keyed).with_outputs(
-            ERRORS, main="intents")
+            AgentDoFn(config, provider=provider, ordering=ordering)).with_input_types(
+            keyed).with_outputs(ERRORS, main="intents")
     grouped = events | "GroupByEntity" >> beam.GroupByKey().with_input_types(keyed)
     return grouped | "Activate" >> beam.ParDo(
         AgentBatchDoFn(config, provider=provider)).with_outputs(ERRORS, main="intents")
@@ -156,7 +163,8 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     # A subscription never ends, so it takes the streaming path even before
     # `run` marks the options streaming: a GroupByKey would never fire on it.
     streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
-    activated = _activate(decoded.events, config, streaming=streaming, provider=provider)
+    ordering = event_ordering_from_options(options) if streaming else None
+    activated = _activate(decoded.events, config, ordering=ordering, provider=provider)
     errors = (decoded[ERRORS], activated[ERRORS]) | "AllErrors" >> beam.Flatten()
     _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents")
     _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors")

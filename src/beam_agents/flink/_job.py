@@ -36,7 +36,7 @@ from pyflink.datastream.connectors.file_system import (
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
-from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
+from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction, EventOrder
 from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
 from beam_agents.runtime import (
@@ -83,6 +83,10 @@ class FlinkJobOptions:
             which Flink treats as fatal and which takes the whole task manager
             down. Off, each Python operator owns its worker, sized from task
             off-heap memory.
+        event_order: ``"event_time"`` (default): each key's events run in
+            ``(event_time_ms, event_id)`` order over the whole input, so any
+            line order gives the same intents; ``"arrival"``: as they arrive,
+            for the lowest latency (see `AgentKeyedProcessFunction`).
         parallelism: Operator parallelism; None keeps Flink's default.
         python_executable: Interpreter for the Python workers; None keeps
             ``python.executable`` from the Flink configuration.
@@ -100,6 +104,7 @@ class FlinkJobOptions:
     bundle_size: int = 16
     bundle_time_ms: int = 1_000
     python_managed_memory: bool = False
+    event_order: EventOrder = "event_time"
     parallelism: int | None = None
     python_executable: str | None = None
     job_name: str = "beam-agents"
@@ -113,6 +118,9 @@ class FlinkJobOptions:
         for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
                           ("restart_delay_ms", 0), ("bundle_size", 1), ("bundle_time_ms", 1)):
             require_int(getattr(self, name), name=f"--{name}", low=low, field=name, noun="")
+        if self.event_order not in ("event_time", "arrival"):
+            raise ConfigError(f"--event_order must be event_time or arrival, got "
+                              f"{self.event_order!r}", field="event_order")
         if self.parallelism is not None:
             require_int(self.parallelism, name="--parallelism", low=1, field="parallelism",
                         noun="")
@@ -187,6 +195,12 @@ def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
         "python.fn-execution.bundle.size": str(options.bundle_size),
         "python.fn-execution.bundle.time": str(options.bundle_time_ms),
         "python.fn-execution.memory.managed": str(options.python_managed_memory).lower(),
+        # In event-time order a bounded input runs in the final watermark's
+        # timers, which hold the task's mailbox: a checkpoint started then
+        # cannot complete before they end. Failing the job for it would
+        # restart the run it waits on, so expired checkpoints are tolerated.
+        **({"execution.checkpointing.tolerable-failed-checkpoints": "2147483647"}
+           if options.event_order == "event_time" else {}),
         "execution.checkpointing.unaligned.enabled": str(options.unaligned_checkpoints).lower(),
     }
     if options.checkpoint_dir:
@@ -209,8 +223,8 @@ def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
     return env
 
 
-def agent_stream(lines: DataStream, config: AgentConfig, *,
-                 charset: str = "utf-8") -> tuple[DataStream, DataStream]:
+def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-8",
+                 event_order: EventOrder = "event_time") -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
     The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
@@ -222,7 +236,8 @@ def agent_stream(lines: DataStream, config: AgentConfig, *,
                                          charset=charset),
                             output_type=_KEYED_EVENT).name("Decode")
     activated = (decoded.key_by(_entity_of, key_type=Types.STRING())
-                 .process(AgentKeyedProcessFunction(config), output_type=Types.STRING())
+                 .process(AgentKeyedProcessFunction(config, event_order=event_order),
+                          output_type=Types.STRING())
                  .name("Activate").uid("activate"))
     return activated, decoded.get_side_output(ERRORS).union(activated.get_side_output(ERRORS))
 
@@ -235,7 +250,8 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     # No watermarks while reading; the finished file still emits the final one,
     # which fires the end-of-input rounds (see AgentKeyedProcessFunction).
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
-    intents, errors = agent_stream(lines, config, charset=FILE_CHARSET)
+    intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
+                                   event_order=options.event_order)
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")
     errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors")
     return intents, errors
@@ -269,6 +285,10 @@ def job_parser() -> argparse.ArgumentParser:
                        default=False, help="Share one Python worker per slot from managed "
                        "memory (default off: PyFlink 2.3 can fail the task manager when a "
                        "failover cancels the tasks sharing it).")
+    flink.add_argument("--event_order", choices=("event_time", "arrival"), default="event_time",
+                       help="event_time (default): each key's events run in event-time order "
+                       "over the whole input, so any line order gives the same intents; "
+                       "arrival: as they arrive, for the lowest latency.")
     flink.add_argument("--parallelism", type=int, help="Operator parallelism.")
     flink.add_argument("--python_executable", help="Python for the workers (default: Flink's "
                        "python.executable, or flink run -pyexec).")

@@ -39,6 +39,7 @@ from beam_agents.runtime._engine import (
     BagCell,
     KeyCells,
     KeyedEngine,
+    Next,
     QueueCell,
     Step,
     ValueCell,
@@ -46,11 +47,13 @@ from beam_agents.runtime._engine import (
 from beam_agents.runtime._errors import decode_input, error_record, stage_of
 from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells
 from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES, Oversize, read_lines
+from beam_agents.runtime._ordering import EARLIEST_MS, EventOrdering
 from beam_agents.runtime._retry import RetryPolicy
 from beam_agents.runtime._scheduler import Running, Scheduler
 
 __all__ = [
     "CELLS",
+    "EARLIEST_MS",
     "MAX_EVENT_BYTES",
     "OVERSIZE_PREFIX_BYTES",
     "POLL_MS",
@@ -62,6 +65,7 @@ __all__ = [
     "BagCell",
     "Committed",
     "ErrorRecord",
+    "EventOrdering",
     "Failed",
     "InputDecoder",
     "Intent",
@@ -69,6 +73,7 @@ __all__ = [
     "KeyRuns",
     "KeyedEngine",
     "KeyedState",
+    "Next",
     "Outcome",
     "Oversize",
     "QueueCell",

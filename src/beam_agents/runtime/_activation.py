@@ -148,6 +148,7 @@ class ActivationRuntime:
         self._store = store
         self._journal = journal
         self._metrics: MetricsSink = metrics if metrics is not None else NoopMetrics()
+        self._clock = clock
         self._breakers = BreakerRegistry(clock=clock)
         model = config.model
         # One admission per provider per worker: a 429 is about the account,
@@ -172,6 +173,11 @@ class ActivationRuntime:
     def metrics(self) -> MetricsSink:
         """Where this runtime's counters go."""
         return self._metrics
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The injected monotonic clock, in seconds."""
+        return self._clock
 
     @property
     def admission(self) -> ProviderAdmission:

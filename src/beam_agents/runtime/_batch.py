@@ -54,7 +54,7 @@ class KeyRuns:
             raise ValueError(f"key {key!r} was added twice; group its events first")
         cells = KeyCells.in_process()
         for event in events:
-            self._engine.enqueue(cells, event)
+            self._engine.enqueue(key, cells, event, capped=False)
         step = self._engine.pump(key, cells, self._clock_ms())
         if step.wake_at_ms is not None:
             self._active[key] = _Active(cells, step.wake_at_ms)
@@ -87,11 +87,11 @@ class KeyRuns:
         """Whether pumping `key` can do anything: a finished run, or a start it may make."""
         if active.wake_at_ms <= now:
             return True
-        running = self._engine.scheduler.running(key)
-        if running is not None:
-            return running.future.done()
-        retry_at: int = active.cells.retry_at_ms.read() or 0
-        return retry_at <= now and self._engine.scheduler.has_slot()
+        after = self._engine.next(key, active.cells, now)
+        if after.action == "running":
+            running = self._engine.scheduler.running(key)
+            return running is not None and running.future.done()
+        return after.action == "start"
 
     def finish(self) -> list[tuple[Channel, bytes]]:
         """Run every key to the end; returns the remaining lines."""

@@ -51,6 +51,10 @@ class AgentConfig:
         agent_threads: Threads for sync agents (``--agent_threads``), in
             [1, 10 000]; a sync agent holds one for its whole activation, so
             fewer than `max_in_flight` caps how many sync agents overlap.
+        max_queued_per_key: Events one key may hold queued, its running one
+            included (``--max_queued_per_key``), in [1, 10 000 000]; 10 000 by
+            default. The key's next event past it is a BACKLOG dead letter
+            carrying the event, so keyed state stays bounded (invariant 4).
         retry: When a retriable failure is retried and when it gives up.
         call_journal: The durable model-call journal, or None (invariant 9).
         call_journal_ttl_ms: How long a journal entry lives
@@ -77,6 +81,7 @@ class AgentConfig:
     max_event_bytes: int = MAX_EVENT_BYTES
     max_in_flight: int = 64
     agent_threads: int = 64
+    max_queued_per_key: int = 10_000
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     call_journal: CallJournalConfig | None = None
     call_journal_ttl_ms: int = DEFAULT_TTL_MS
@@ -100,6 +105,8 @@ class AgentConfig:
                                       ("max_event_bytes", "max_event_bytes", 1024, 1 << 26),
                                       ("max_in_flight", "max_in_flight", 1, 10_000),
                                       ("agent_threads", "agent_threads", 1, 10_000),
+                                      ("max_queued_per_key", "max_queued_per_key", 1,
+                                       10_000_000),
                                       ("call_journal_ttl_ms", "call_journal_ttl_ms", 60_000,
                                        31_536_000_000),
                                       ("budget_window_ms", "budget_window_ms", 60_000,

@@ -1,36 +1,26 @@
 """The engine around the core: a per-key queue in keyed state, suspension, and outcome application.
 
-Every host runs the same engine; only where its cells live and how it is
-called back differ (DESIGN's "Durable, concurrent activations"):
-
-* **Durable.** `KeyedEngine.offer` puts an event into the key's ``queue``
-  cell before anything runs it, so a crash loses nothing: the restored queue
-  and timers run it again.
-* **Ordered.** A key has at most one activation in flight. The next starts
-  only after the previous one committed or was dead-lettered, and among the
-  queued events the one with the smallest ``(event_time_ms, event_id)`` goes
-  first (invariant 10).
-* **Concurrent.** Activations run on the `Scheduler`; `pump` returns at once,
-  and the host calls it again, in a callback with the key's state in scope, at
-  the `Step.wake_at_ms` it was given.
-* **Suspended, not dead, on a transient failure.** A retriable failure commits
-  only the replay-cache entries the attempt paid for, keeps the event at the
-  head of the queue, and retries it with the same seq after the `RetryPolicy`
-  backoff, so the paid calls replay (invariants 1 and 9). Later events of
-  that key wait; other keys go on. After the last attempt the event becomes a
-  dead letter carrying its attempt count.
-
-Pure: no runner and no clock of its own; hosts pass their processing time.
+Every host runs this engine; only where its cells live and how it is called
+back differ (the design notes' "The engine"). An event is queued durably
+before anything runs it (invariant 8); a key runs one activation at a time,
+in ``(event_time_ms, event_id)`` order (invariant 10), while other keys run
+on the `Scheduler`; a transient failure suspends the key and retries the
+same seq after a backoff, so the calls it paid replay (invariants 1 and 9).
+`KeyedEngine.next` is the one answer to "what can this key do now" that
+hosts, rounds and backpressure act on. Pure: no runner and no clock of its
+own; hosts pass their processing time.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Literal
 
+from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.errors import BacklogFullError, LateEventError
 from beam_agents.metrics import MetricsSink
 from beam_agents.model import ReplayCache
 from beam_agents.runtime._activation import (
@@ -41,43 +31,41 @@ from beam_agents.runtime._activation import (
     count_dead_letter,
 )
 from beam_agents.runtime._codec import error_to_json, intent_to_json
-from beam_agents.runtime._keyed import Channel, StateCell, StateCells
+from beam_agents.runtime._errors import error_record
+from beam_agents.runtime._keyed import (
+    BagCell,
+    Channel,
+    QueueCell,
+    StateCell,
+    StateCells,
+    ValueCell,
+)
+from beam_agents.runtime._ordering import EventOrdering
+from beam_agents.runtime._queue import EventQueue, QueueCells
 from beam_agents.runtime._retry import RetryPolicy
 from beam_agents.runtime._scheduler import Running, Scheduler
 
-__all__ = ["POLL_MS", "QUEUE_CELLS", "BagCell", "KeyCells", "KeyedEngine", "QueueCell", "Step",
-           "ValueCell"]
+__all__ = ["POLL_MS", "QUEUE_CELLS", "BagCell", "KeyCells", "KeyedEngine", "Next", "QueueCell",
+           "Step", "ValueCell"]
 
-#: How soon a host looks again at a key whose activation is still running.
+#: The soonest a host looks again at a key whose activation is still running;
+#: it is woken when the activation can be expected to have finished (see
+#: `Scheduler.expected_remaining_ms`), and at least this far apart.
 POLL_MS = 20
 
 #: An empty replay cache: what a dead letter leaves of its suspended attempts' paid calls.
 _EMPTY_CACHE = ReplayCache(None, now_ms=0).to_bytes()
 
-#: The keyed-state cells of a key's queue, by name, besides the three of `CELLS`:
-#: the queued event bytes, the attempts made on the head, and when it may retry.
-QUEUE_CELLS = ("queue", "attempt", "retry_at_ms")
-
-
-class QueueCell(Protocol):
-    """A bag of serialized events in keyed state (Beam ``BagState``, Flink ``ListState``)."""
-
-    def read(self) -> Iterable[Any]:
-        """The queued values, in any order."""
-        ...
-
-    def add(self, value: bytes) -> None:
-        """Queue one more value."""
-        ...
-
-    def clear(self) -> None:
-        """Empty the bag."""
-        ...
+#: The keyed-state cells of a key's queue, by name, besides the four of `CELLS`:
+#: the queued event bytes, the tombstones of those that left, the queue's
+#: fingerprint (see `EventQueue`), the attempts made on the head, and when it
+#: may retry. Bags: ``queue`` and ``dequeued``; the rest hold one value.
+QUEUE_CELLS = ("queue", "dequeued", "queue_meta", "attempt", "retry_at_ms")
 
 
 @dataclass(frozen=True, slots=True)
 class KeyCells:
-    """All of one key's keyed state: the three activation cells and the queue's three.
+    """All of one key's keyed state: the four activation cells and the queue's five.
 
     ``attempt`` counts the attempts made on the queue's head (unset: none),
     and ``retry_at_ms`` is the processing time before which it must not run.
@@ -85,6 +73,8 @@ class KeyCells:
 
     state: StateCells
     queue: QueueCell
+    dequeued: QueueCell
+    queue_meta: StateCell
     attempt: StateCell
     retry_at_ms: StateCell
 
@@ -92,7 +82,31 @@ class KeyCells:
     def in_process(cls) -> KeyCells:
         """Fresh cells held in this process: the batch path's keyed state, and the tests'."""
         return cls(state=StateCells(ValueCell(), ValueCell(), ValueCell(), ValueCell()),
-                   queue=BagCell(), attempt=ValueCell(), retry_at_ms=ValueCell())
+                   queue=BagCell(), dequeued=BagCell(), queue_meta=ValueCell(),
+                   attempt=ValueCell(), retry_at_ms=ValueCell())
+
+    @property
+    def queued(self) -> QueueCells:
+        """The queue's own three cells."""
+        return QueueCells(self.queue, self.dequeued, self.queue_meta)
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """What a key can do next, the one answer every host acts on (`KeyedEngine.next`).
+
+    ``action`` is one of:
+
+    * ``"idle"``: nothing queued; no call back is needed;
+    * ``"running"``: its activation is in flight; call back when it can have finished;
+    * ``"start"``: its head may start now;
+    * ``"retry"``: its head is suspended until ``at_ms`` (processing time);
+    * ``"no_slot"``: its head could start, but every slot of the runtime is taken;
+    * ``"held"``: its head waits for the watermark to pass ``at_ms`` (its event time).
+    """
+
+    action: Literal["idle", "running", "start", "retry", "no_slot", "held"]
+    at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +117,13 @@ class Step:
         lines: Output lines in order, each to the intents or the errors output.
         wake_at_ms: Processing time at which the host must call `KeyedEngine.pump`
             for this key again; None when the key has nothing queued or running.
+        held_until_ms: The event time the watermark must pass before the key's
+            next event may run (its own); None unless the key is held.
     """
 
     lines: tuple[tuple[Channel, bytes], ...]
     wake_at_ms: int | None
+    held_until_ms: int | None = None
 
 
 class KeyedEngine:
@@ -119,10 +136,14 @@ class KeyedEngine:
             left the queue), ``suspended`` and ``retries_exhausted``.
     """
 
-    def __init__(self, scheduler: Scheduler, *, retry: RetryPolicy, metrics: MetricsSink) -> None:
+    def __init__(self, scheduler: Scheduler, *, retry: RetryPolicy, metrics: MetricsSink,
+                 max_queued_per_key: int = 10_000, traceback_bytes: int = 4096) -> None:
         self._scheduler = scheduler
         self._retry = retry
         self._metrics = metrics
+        self._max_queued = max_queued_per_key
+        self._traceback_bytes = traceback_bytes
+        self._queue = EventQueue()
 
     @classmethod
     def over(cls, runtime: ActivationRuntime) -> KeyedEngine:
@@ -130,24 +151,115 @@ class KeyedEngine:
         config = runtime.config
         scheduler = Scheduler(runtime, max_in_flight=config.max_in_flight,
                               metrics=runtime.metrics)
-        return cls(scheduler, retry=config.retry, metrics=runtime.metrics)
+        return cls(scheduler, retry=config.retry, metrics=runtime.metrics,
+                   max_queued_per_key=config.max_queued_per_key,
+                   traceback_bytes=config.traceback_bytes)
 
     @property
     def scheduler(self) -> Scheduler:
         """The scheduler activations run on."""
         return self._scheduler
 
-    def enqueue(self, cells: KeyCells, event: bytes) -> None:
-        """Queue `event` durably in the key's cells, before anything runs it."""
-        cells.queue.add(event)
+    def enqueue(self, key: Hashable, cells: KeyCells, event: bytes, *,
+                capped: bool = True) -> tuple[Channel, bytes] | None:
+        """Queue `event` durably in the key's cells, before anything runs it.
+
+        Args:
+            key: The key in scope.
+            cells: That key's cells.
+            event: AgentEvent bytes.
+            capped: Whether ``max_queued_per_key`` bounds the queue. The batch
+                path's queue is not keyed state but the group the runner
+                already holds, so it passes False.
+
+        Returns:
+            None, or the BACKLOG dead letter of an event the key had no room
+            for: it already held ``max_queued_per_key`` events (invariant 4).
+        """
+        queued = self._queue.length(key, cells.queued)
+        if capped and queued >= self._max_queued:
+            parsed = AgentEvent.FromString(event)
+            return self._refuse(cells, event, parsed, BacklogFullError(
+                entity_key=parsed.entity_key, queued=queued, max_queued=self._max_queued),
+                ErrorRecord.STAGE_BACKLOG)
+        length = self._queue.add(key, cells.queued, event)
         self._metrics.inc(NAMESPACE, "queued")
+        self._metrics.peak(NAMESPACE, "queued_per_key_peak", length)
+        return None
 
     def offer(self, key: Hashable, cells: KeyCells, event: bytes, now_ms: int) -> Step:
         """Queue `event` durably for `key`, then `pump`."""
-        self.enqueue(cells, event)
-        return self.pump(key, cells, now_ms)
+        refused = self.enqueue(key, cells, event)
+        step = self.pump(key, cells, now_ms)
+        return step if refused is None else Step((refused, *step.lines), step.wake_at_ms)
 
-    def pump(self, key: Hashable, cells: KeyCells, now_ms: int, *, wait_s: float = 0.0) -> Step:
+    def admit(self, key: Hashable, cells: KeyCells, event: bytes, *, ordering: EventOrdering,
+              watermark_ms: int | None) -> tuple[Channel, bytes] | None:
+        """`enqueue` on an unbounded input: a late event is counted, or dead-lettered.
+
+        Args:
+            key: The key in scope.
+            cells: That key's cells.
+            event: AgentEvent bytes.
+            ordering: How the host orders the key's events.
+            watermark_ms: What the host knows the watermark has passed, for this key.
+
+        Returns:
+            None, or the dead letter of an event that was not queued: LATE
+            under ``late_events="dead_letter"``, or BACKLOG (see `enqueue`).
+        """
+        parsed = AgentEvent.FromString(event)
+        if ordering.is_late(parsed.event_time_ms, watermark_ms):
+            self._metrics.inc(NAMESPACE, "late_events")
+            if ordering.late_events == "dead_letter":
+                return self._refuse(cells, event, parsed, LateEventError(
+                    entity_key=parsed.entity_key, event_time_ms=parsed.event_time_ms,
+                    watermark_ms=watermark_ms or 0), ErrorRecord.STAGE_LATE)
+        return self.enqueue(key, cells, event)
+
+    def queued(self, key: Hashable, cells: KeyCells) -> list[bytes]:
+        """The key's queued events, in the order they will run."""
+        return self._queue.events(key, cells.queued)
+
+    def queue_length(self, key: Hashable, cells: KeyCells) -> int:
+        """How many events the key has queued, its running one included."""
+        return self._queue.length(key, cells.queued)
+
+    def next(self, key: Hashable, cells: KeyCells, now_ms: int, *,
+             ready_through_ms: int | None = None) -> Next:
+        """What `key` can do next: the one decision hosts, rounds and backpressure act on.
+
+        Args:
+            key: The key in scope.
+            cells: That key's cells.
+            now_ms: The host's processing time.
+            ready_through_ms: In event-time order on an unbounded input, the
+                latest event time that may run (the watermark, less the
+                allowed disorder); None: every queued event may.
+        """
+        if self._scheduler.running(key) is not None:
+            return Next("running")
+        head_time = self._queue.head_time(key, cells.queued)
+        if head_time is None:
+            return Next("idle")
+        if ready_through_ms is not None and head_time > ready_through_ms:
+            return Next("held", head_time)
+        retry_at: int = cells.retry_at_ms.read() or 0
+        if now_ms < retry_at:
+            return Next("retry", retry_at)
+        return Next("start") if self._scheduler.has_slot() else Next("no_slot")
+
+    def _refuse(self, cells: KeyCells, event: bytes, parsed: AgentEvent,
+                exc: BacklogFullError | LateEventError, stage: int) -> tuple[Channel, bytes]:
+        """The dead letter of an event that was never queued; it carries the event for redrive."""
+        record = error_record(exc, stage=stage, entity_key=parsed.entity_key,
+                              seq=cells.state.seq.read() or 0, event=event,
+                              event_id=parsed.event_id, traceback_bytes=0)
+        count_dead_letter(self._metrics, record)
+        return "errors", error_to_json(record)
+
+    def pump(self, key: Hashable, cells: KeyCells, now_ms: int, *, wait_s: float = 0.0,
+             ready_through_ms: int | None = None) -> Step:
         """Apply the key's finished activation, if any, and start its next one, if it may.
 
         Args:
@@ -155,30 +267,45 @@ class KeyedEngine:
             cells: That key's cells.
             now_ms: The host's processing time, for the retry schedule.
             wait_s: How long to wait for a running activation to finish.
+            ready_through_ms: The latest event time that may start (see `next`).
         """
         lines: list[tuple[Channel, bytes]] = []
         finished = self._scheduler.take(key, wait_s=wait_s)
-        queued = [bytes(value) for value in cells.queue.read()]
         if finished is not None:
             running, outcome = finished
-            if self._still_current(cells, running, queued):
-                lines.extend(self._apply(cells, running, outcome, now_ms))
-                queued = [bytes(value) for value in cells.queue.read()]
+            if self._still_current(key, cells, running):
+                lines.extend(self._apply(key, cells, running, outcome, now_ms))
             else:
                 self._metrics.inc(NAMESPACE, "stale_outcomes")
-        if self._scheduler.running(key) is not None:
-            return Step(tuple(lines), now_ms + POLL_MS)
-        if not queued:
-            return Step(tuple(lines), None)
-        retry_at = cells.retry_at_ms.read() or 0
-        if now_ms < retry_at:
-            return Step(tuple(lines), retry_at)
-        self._scheduler.try_start(key, cells.state.read(), min(queued, key=_queue_order),
-                                  attempt=(cells.attempt.read() or 0) + 1)
-        return Step(tuple(lines), now_ms + POLL_MS)
+        after = self.next(key, cells, now_ms, ready_through_ms=ready_through_ms)
+        if after.action == "start":
+            head = self._queue.head(key, cells.queued)
+            assert head is not None
+            if self._scheduler.try_start(key, cells.state.read(), head,
+                                         attempt=(cells.attempt.read() or 0) + 1):
+                after = Next("running")
+        if after.action == "held":
+            return Step(tuple(lines), None, after.at_ms)
+        held_until = None
+        if after.action == "running" and ready_through_ms is not None:
+            # Ask for the watermark to pass the key's next event now, so it is
+            # ready when the running one ends, not a timer later.
+            upcoming = self._queue.time_after_head(key, cells.queued)
+            if upcoming is not None and upcoming > ready_through_ms:
+                held_until = upcoming
+        return Step(tuple(lines), self._wake_at(key, after, now_ms), held_until)
 
-    @staticmethod
-    def _still_current(cells: KeyCells, running: Running, queued: list[bytes]) -> bool:
+    def _wake_at(self, key: Hashable, after: Next, now_ms: int) -> int | None:
+        """When a host should call back for a key that will do `after` next."""
+        if after.action == "idle":
+            return None
+        if after.action == "retry":
+            return after.at_ms
+        if after.action == "running":
+            return now_ms + max(POLL_MS, self._scheduler.expected_remaining_ms(key))
+        return now_ms + POLL_MS
+
+    def _still_current(self, key: Hashable, cells: KeyCells, running: Running) -> bool:
         """Whether the key's cells are still the ones `running` started from.
 
         They are not when the key's state was restored or moved to another
@@ -187,34 +314,60 @@ class KeyedEngine:
         seq twice or dequeue an event that is gone (invariants 1 and 6), so
         the outcome is dropped; the queue still holds what must run.
         """
-        return (cells.state.seq.read() or 0) == running.base_seq and running.event in queued
+        return ((cells.state.seq.read() or 0) == running.base_seq
+                and self._queue.holds(key, cells.queued, running.event))
 
     def settle(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
-        """One round of the end of a bounded input: finish the running activation, start the next.
+        """One round of a bounded input's end: finish the key's running activation, start its next.
 
-        `drain`, run key after key, waits out each key's remaining events one
-        model call at a time, while every other key's next event waits for its
-        own turn. A host that calls this for every key, round after round,
-        instead waits on one key only for as long as its running activation
-        takes; by then the others have finished theirs too, and each round
-        starts every key's next event at once. So the end of the input takes
-        about one model latency per event left on the longest queue, not one
-        per event left in the whole worker.
+        Hosts call it for every key, round after round, so the end of the
+        input takes about one model latency per event on the longest queue,
+        not one per event in the worker (the design notes' "End of input in
+        rounds"). A round waits for a free slot rather than skipping the key,
+        and drains only a key whose head is waiting out a retry's backoff.
 
         Returns with the key's next activation running (`Step.wake_at_ms`
-        set: settle it again in the next round), or with the queue empty
-        (None). A key whose next event cannot start now (a retry's backoff,
-        a full runtime) is drained where it stands, so every round makes
-        progress.
+        set: settle it again in the next round), or with the queue empty (None).
         """
         running = self._scheduler.running(key)
         if running is not None:
             concurrent.futures.wait([running.future])  # then `now` is when it finished
-        step = self.pump(key, cells, clock_ms())
-        if step.wake_at_ms is None or self._scheduler.running(key) is not None:
-            return step
-        rest = self.drain(key, cells, clock_ms=clock_ms)
-        return Step(step.lines + rest.lines, rest.wake_at_ms)
+        lines: list[tuple[Channel, bytes]] = []
+        while True:
+            step = self.pump(key, cells, clock_ms())
+            lines.extend(step.lines)
+            after = self.next(key, cells, clock_ms())
+            if after.action == "no_slot":
+                self._scheduler.wait_for_change(POLL_MS / 1000)
+                continue
+            if after.action == "retry":
+                rest = self.drain(key, cells, clock_ms=clock_ms)
+                return Step((*lines, *rest.lines), rest.wake_at_ms)
+            return Step(tuple(lines), step.wake_at_ms)
+
+    def hold(self, key: Hashable, cells: KeyCells, step: Step, *, clock_ms: Callable[[], int],
+             max_ahead: int) -> Step:
+        """Backpressure for a host that runs events on arrival: return once `key` may take more.
+
+        Returning at once would let a bounded source be read to its end with
+        nearly every activation still queued, and an unbounded one pile events
+        into state as fast as it is read. So the caller (and with it the
+        input) waits while the key has more than `max_ahead` events queued,
+        its running one included, or while its next event waits for a slot.
+        It never waits out a suspended key's backoff: that key's later events
+        wait, the other keys go on (invariant 10).
+        """
+        lines = list(step.lines)
+        while step.wake_at_ms is not None:
+            after = self.next(key, cells, clock_ms())
+            if after.action in ("idle", "retry") or (
+                    after.action == "running" and self.queue_length(key, cells) <= max_ahead):
+                break
+            if after.action == "no_slot":
+                self._scheduler.wait_for_change(POLL_MS / 1000)
+            step = self.pump(key, cells, clock_ms(), wait_s=POLL_MS / 1000)
+            lines.extend(step.lines)
+        return Step(tuple(lines), step.wake_at_ms)
 
     def drain(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
         """Run the key's queue to the end, blocking: the end of a bounded input.
@@ -235,8 +388,8 @@ class KeyedEngine:
                 # Waiting for a retry's backoff or for a free slot.
                 self._scheduler.wait_for_change(max(0.001, (step.wake_at_ms - now()) / 1000))
 
-    def _apply(self, cells: KeyCells, running: Running, outcome: Committed | Failed,
-               now_ms: int) -> list[tuple[Channel, bytes]]:
+    def _apply(self, key: Hashable, cells: KeyCells, running: Running,
+               outcome: Committed | Failed, now_ms: int) -> list[tuple[Channel, bytes]]:
         if outcome.budget is not None:
             # Tokens paid stay paid, whatever became of the activation (invariant 12).
             cells.state.budget.write(outcome.budget)
@@ -246,7 +399,7 @@ class KeyedEngine:
             if outcome.llm_cache is not None:
                 cells.state.llm_cache.write(outcome.llm_cache)
             cells.state.seq.write(outcome.seq)
-            self._dequeue(cells, running.event)
+            self._dequeue(key, cells, running.event)
             return [("intents", intent_to_json(intent)) for intent in outcome.intents]
         error = outcome.error
         if outcome.flow_control:
@@ -279,60 +432,12 @@ class KeyedEngine:
             # key's next event, which runs with the same seq (invariant 1).
             # Entries of older seqs can never be hit again, so the cell is emptied.
             cells.state.llm_cache.write(_EMPTY_CACHE)
-        self._dequeue(cells, running.event)
+        self._dequeue(key, cells, running.event)
         return [("errors", error_to_json(error))]
 
-    def _dequeue(self, cells: KeyCells, event: bytes) -> None:
+    def _dequeue(self, key: Hashable, cells: KeyCells, event: bytes) -> None:
         """Drop one copy of `event` from the queue and reset the head's retry state."""
-        queued = [bytes(value) for value in cells.queue.read()]
-        queued.remove(event)
-        cells.queue.clear()
-        for value in queued:
-            cells.queue.add(value)
+        self._queue.remove(key, cells.queued, event)
         cells.attempt.write(0)
         cells.retry_at_ms.write(0)
         self._metrics.inc(NAMESPACE, "queued", -1)
-
-
-def _queue_order(event: bytes) -> tuple[int, str, bytes]:
-    """Queued events run by ``(event_time_ms, event_id)``; the bytes break exact ties."""
-    parsed = AgentEvent.FromString(event)
-    return parsed.event_time_ms, parsed.event_id, event
-
-
-class ValueCell:
-    """An in-process `StateCell`: the batch path's keyed state, and the tests'."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any = None) -> None:
-        self.value = value
-
-    def read(self) -> Any:
-        """Return the value, or None."""
-        return self.value
-
-    def write(self, value: Any) -> None:
-        """Replace the value."""
-        self.value = value
-
-
-class BagCell:
-    """An in-process `QueueCell`."""
-
-    __slots__ = ("values",)
-
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    def read(self) -> Iterable[bytes]:
-        """The values, in insertion order."""
-        return tuple(self.values)
-
-    def add(self, value: bytes) -> None:
-        """Add one value."""
-        self.values.append(value)
-
-    def clear(self) -> None:
-        """Remove every value."""
-        self.values.clear()

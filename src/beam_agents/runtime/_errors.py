@@ -8,6 +8,7 @@ from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.errors import (
     ActivationTimeoutError,
+    BacklogFullError,
     BeamAgentsError,
     BudgetExceededError,
     ConfigError,
@@ -15,6 +16,7 @@ from beam_agents.errors import (
     IntentTooLargeError,
     JournalCorruptError,
     JournalUnavailable,
+    LateEventError,
     MemoryOverflow,
     ModelError,
     ScopeViolation,
@@ -37,6 +39,8 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
     (StateError, ErrorRecord.STAGE_STATE_CORRUPT),
     (ActivationTimeoutError, ErrorRecord.STAGE_TIMEOUT),
     (BudgetExceededError, ErrorRecord.STAGE_BUDGET),
+    (BacklogFullError, ErrorRecord.STAGE_BACKLOG),
+    (LateEventError, ErrorRecord.STAGE_LATE),
     (MemoryOverflow, ErrorRecord.STAGE_MEMORY_OVERFLOW),
     (ModelError, ErrorRecord.STAGE_MODEL),
     ((JournalUnavailable, JournalCorruptError), ErrorRecord.STAGE_JOURNAL),

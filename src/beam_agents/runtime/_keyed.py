@@ -9,6 +9,7 @@ cannot drift apart in what they commit (invariants 1 and 8) or count.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -19,7 +20,8 @@ from beam_agents.runtime._activation import NAMESPACE, KeyedState
 from beam_agents.runtime._errors import decode_input
 from beam_agents.runtime._lines import Oversize
 
-__all__ = ["CELLS", "Channel", "InputDecoder", "StateCell", "StateCells"]
+__all__ = ["CELLS", "BagCell", "Channel", "InputDecoder", "QueueCell", "StateCell", "StateCells",
+           "ValueCell"]
 
 #: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
 #: bytes, the last committed seq (DESIGN's activation protocol), and
@@ -40,6 +42,60 @@ class StateCell(Protocol):
     def write(self, value: Any) -> None:
         """Replace the stored value."""
         ...
+
+
+class QueueCell(Protocol):
+    """A bag of values in keyed state (Beam ``BagState``, Flink ``ListState``)."""
+
+    def read(self) -> Iterable[Any]:
+        """The values, in any order."""
+        ...
+
+    def add(self, value: bytes) -> None:
+        """Add one value."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every value."""
+        ...
+
+
+class ValueCell:
+    """An in-process `StateCell`: the batch path's keyed state, and the tests'."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def read(self) -> Any:
+        """Return the value, or None."""
+        return self.value
+
+    def write(self, value: Any) -> None:
+        """Replace the value."""
+        self.value = value
+
+
+class BagCell:
+    """An in-process `QueueCell`: the batch path's queue, and the tests'."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def read(self) -> Iterable[bytes]:
+        """The values, in insertion order."""
+        return tuple(self.values)
+
+    def add(self, value: bytes) -> None:
+        """Add one value."""
+        self.values.append(value)
+
+    def clear(self) -> None:
+        """Remove every value."""
+        self.values.clear()
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,3 +242,80 @@ def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> Non
         step = engine.drain("k", cells, clock_ms=Clock())
         (channel, line), = step.lines
         assert channel == "intents" and json.loads(line)["seq"] == 8
+
+
+def test_try_start_refuses_when_every_slot_is_taken() -> None:
+    """max_in_flight is a hard bound: a third key waits while two run, and starts once one ends."""
+    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+
+    config = AgentConfig(agent="tests.agents:steady", max_in_flight=2)
+    with start_runtime(config, metrics=RecordingMetrics()) as runtime:
+        scheduler = Scheduler(runtime, max_in_flight=2, metrics=RecordingMetrics())
+        state = KeyedState(memory=None, llm_cache=None, seq=0, budget=None)
+        assert scheduler.try_start("a", state, event("a", 1), attempt=1)
+        assert scheduler.try_start("b", state, event("b", 1), attempt=1)
+        assert not scheduler.has_slot()
+        assert not scheduler.try_start("c", state, event("c", 1), attempt=1)
+        assert scheduler.running("c") is None and scheduler.busy == 2
+        assert scheduler.take("a", wait_s=30) is not None
+        assert scheduler.try_start("c", state, event("c", 1), attempt=1)
+        assert scheduler.peak_in_flight == 2
+
+
+def test_a_key_past_max_queued_per_key_gets_backlog_dead_letters_and_others_go_on() -> None:
+    """Invariant 4 covers the queue: the overflow carries the event, is retriable, is counted."""
+    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+
+    metrics = RecordingMetrics()
+    config = AgentConfig(agent="tests.agents:counter", max_queued_per_key=2)
+    with start_runtime(config, metrics=metrics) as runtime:
+        engine = KeyedEngine.over(runtime)
+        hot, cold = KeyCells.in_process(), KeyCells.in_process()
+        refused = [line for n in range(4)
+                   for line in engine.offer("hot", hot, event("hot", n), 0).lines
+                   if line[0] == "errors"]
+        engine.offer("cold", cold, event("cold", 0), 0)
+        lines = [*engine.drain("hot", hot, clock_ms=Clock()).lines,
+                 *engine.drain("cold", cold, clock_ms=Clock()).lines]
+    records = [error_from_json(line) for _, line in refused]
+    assert [(r.stage, r.event_id, r.retriable) for r in records] == [
+        (error_from_json(refused[0][1]).STAGE_BACKLOG, "e002", True),
+        (error_from_json(refused[0][1]).STAGE_BACKLOG, "e003", True)]
+    assert records[0].event == event("hot", 2)  # redrivable: the record carries the event
+    assert "--max_queued_per_key" in records[0].message
+    committed = Counter(json.loads(line)["entity_key"] for channel, line in lines
+                        if channel == "intents")
+    assert committed == {"hot": 2, "cold": 1}
+    assert metrics.get("beam_agents.runtime", "errors_backlog") == 2
+
+
+@pytest.mark.parametrize("late_events", ["run", "dead_letter"])
+def test_an_event_behind_the_keys_watermark_is_late_counted_and_run_or_dead_lettered(
+        late_events: str) -> None:
+    """Event time on an unbounded input: the watermark releases events; a late one is counted."""
+    from beam_agents.runtime import EventOrdering, KeyCells  # noqa: PLC0415
+
+    ordering = EventOrdering(max_out_of_orderness_ms=100,
+                             late_events=late_events)  # type: ignore[arg-type]
+    metrics = RecordingMetrics()
+    with start_runtime(AgentConfig(agent="tests.agents:counter"), metrics=metrics) as runtime:
+        engine, cells = KeyedEngine.over(runtime), KeyCells.in_process()
+        assert engine.admit("k", cells, event("k", 5, time_ms=5_000), ordering=ordering,
+                            watermark_ms=None) is None
+        held = engine.pump("k", cells, 0, ready_through_ms=ordering.ready_through(None))
+        assert (held.wake_at_ms, held.held_until_ms) == (None, 5_000)  # waits for the watermark
+        assert ordering.release_at(5_000) == 5_100
+        started = engine.pump("k", cells, 0, ready_through_ms=ordering.ready_through(5_100))
+        assert engine.scheduler.running("k") is not None and started.held_until_ms is None
+        late = engine.admit("k", cells, event("k", 4, time_ms=4_000), ordering=ordering,
+                            watermark_ms=5_100)
+        lines = engine.drain("k", cells, clock_ms=Clock()).lines
+    assert metrics.get("beam_agents.runtime", "late_events") == 1
+    ran = [json.loads(line)["event_id"] for channel, line in lines if channel == "intents"]
+    if late_events == "run":
+        assert late is None and ran == ["e005", "e004"]
+    else:
+        assert late is not None and error_from_json(late[1]).stage == error_from_json(
+            late[1]).STAGE_LATE
+        assert ran == ["e005"]
+        assert metrics.get("beam_agents.runtime", "errors_late") == 1

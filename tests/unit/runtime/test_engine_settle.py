@@ -52,20 +52,21 @@ def test_a_round_applies_the_running_activation_and_starts_the_next_without_wait
     with start_runtime(config, metrics=RecordingMetrics()) as runtime:
         engine, cells = KeyedEngine.over(runtime), _cells()
         engine.offer("k", cells, _event(1), _clock())  # starts at once
-        engine.enqueue(cells, _event(2))
-        engine.enqueue(cells, _event(3))
+        engine.enqueue("k", cells, _event(2))
+        engine.enqueue("k", cells, _event(3))
 
         first = engine.settle("k", cells, clock_ms=_clock)
         assert _seqs(first.lines) == [("intents", 1)]  # the second is started, not awaited
         assert first.wake_at_ms is not None and engine.scheduler.running("k") is not None
-        assert len(list(cells.queue.read())) == 2
+        assert engine.queue_length("k", cells) == 2
 
         second = engine.settle("k", cells, clock_ms=_clock)
         assert _seqs(second.lines) == [("intents", 2)] and second.wake_at_ms is not None
 
         last = engine.settle("k", cells, clock_ms=_clock)
         assert _seqs(last.lines) == [("intents", 3)] and last.wake_at_ms is None
-        assert list(cells.queue.read()) == [] and engine.scheduler.running("k") is None
+        assert engine.queued("k", cells) == [] and engine.scheduler.running("k") is None
+        assert list(cells.queue.read()) == [] and list(cells.dequeued.read()) == []
         assert engine.settle("k", cells, clock_ms=_clock).lines == ()
 
 
@@ -88,5 +89,5 @@ def test_a_suspended_key_is_drained_in_its_round_and_commits_after_the_backoff()
         step = engine.settle("k", cells, clock_ms=_clock)
 
     assert _seqs(step.lines) == [("intents", 1)] and step.wake_at_ms is None
-    assert list(cells.queue.read()) == []
+    assert list(cells.queue.read()) == [] and list(cells.dequeued.read()) == []
     assert metrics.get("beam_agents.runtime", "suspended") == 1
