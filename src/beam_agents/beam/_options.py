@@ -3,7 +3,7 @@
 Names are snake_case and mirrored one-to-one by ``flex_template.json``
 parameters (a test checks both directions). Exactly one input (a Pub/Sub
 subscription or files) is required; each output goes to a Pub/Sub topic or
-to a file path.
+to a file path, written as one file or as ``--output_shards`` files.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from beam_agents.hosting import add_agent_flags, agent_config_from_flags
 from beam_agents.runtime import AgentConfig, EventOrdering
 
 __all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io",
-           "event_ordering_from_options"]
+           "event_ordering_from_options", "output_shards_from_options"]
+
+#: The most files one output is cut into: past it, a file holds so little
+#: that opening it costs more than reading it.
+MAX_OUTPUT_SHARDS = 10_000
+
+#: Input bytes per output shard when ``--output_shards`` is 0 (auto): a shard
+#: of intents, sorted in one step, then stays well inside one worker's memory.
+AUTO_SHARD_INPUT_BYTES = 256 << 20
 
 
 class AgentPipelineOptions(PipelineOptions):
@@ -36,6 +44,11 @@ class AgentPipelineOptions(PipelineOptions):
         io.add_argument("--output_path", help="File for intents as JSON lines.")
         io.add_argument("--errors_topic", help="Pub/Sub dead-letter topic for error records.")
         io.add_argument("--errors_path", help="File for error records as JSON lines.")
+        io.add_argument("--output_shards", type=int, default=0,
+                        help="Files each of --output_path and --errors_path is cut into, "
+                        f"0 to {MAX_OUTPUT_SHARDS}: 1 writes the path itself, N > 1 writes "
+                        "PATH-SSSSS-of-NNNNN, a key's lines all in one of them. 0 (default): "
+                        "one per 256 MiB of input files, so a small input is one file.")
         io.add_argument("--input_timestamp_attribute", help="Pub/Sub attribute holding each "
                         "message's event time (ms since the epoch, or RFC 3339); the "
                         "watermark follows it. Unset: publish time.")
@@ -72,9 +85,39 @@ def check_io(options: AgentPipelineOptions) -> None:
             raise ConfigError("--input_timestamp_attribute needs --input_subscription; events "
                               "from files carry event_time_ms", field="input_timestamp_attribute")
         if options.input_subscription and getattr(options, f"{output}_path"):
-            # A single-file sink needs a bounded input; streaming output goes to Pub/Sub.
+            # A file sink needs a bounded input; streaming output goes to Pub/Sub.
             raise ConfigError(f"--{output}_path needs --input_files; with --input_subscription "
                               f"write to --{output}_topic", field=f"{output}_path")
+    _check_output_shards(options.output_shards)
+
+
+def _check_output_shards(shards: object) -> int:
+    if not isinstance(shards, int) or not 0 <= shards <= MAX_OUTPUT_SHARDS:
+        raise ConfigError(f"--output_shards must be 0 (auto) to {MAX_OUTPUT_SHARDS}, got "
+                          f"{shards!r}", field="output_shards")
+    return shards
+
+
+def output_shards_from_options(options: PipelineOptions) -> int:
+    """How many files each file output is cut into; ``--output_shards 0`` resolves here.
+
+    Auto is decided once, when the pipeline is built, from the input files'
+    total size, so every worker cuts by the same count and the file set is a
+    function of the input alone (invariant 10), never of the runner's bundles.
+
+    Raises:
+        ConfigError: the flag is out of range; names it.
+    """
+    opts = options.view_as(AgentPipelineOptions)
+    shards = _check_output_shards(opts.output_shards)
+    if shards or not opts.input_files:
+        return shards or 1
+    from apache_beam.io.filesystems import FileSystems  # noqa: PLC0415 - matches gs:// too
+
+    # No match sizes as zero, one file: the read then fails, naming the glob.
+    (found,) = FileSystems.match([opts.input_files])
+    total_bytes = sum(int(item.size_in_bytes) for item in found.metadata_list)
+    return min(MAX_OUTPUT_SHARDS, max(1, -(-total_bytes // AUTO_SHARD_INPUT_BYTES)))
 
 
 def event_ordering_from_options(options: PipelineOptions) -> EventOrdering:

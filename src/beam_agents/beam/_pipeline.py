@@ -12,18 +12,25 @@ Nothing is dropped (invariant 8): an element that does not decode becomes an
 error record with stage DECODE on the same errors output the activations
 use, and the pipeline keeps going. File sinks write their lines sorted, so
 the files do not depend on the input's order or the runner's (invariant 10).
+A file output is cut into ``--output_shards`` files by a hash of each line's
+entity key (`WriteShardedLines`), so no step holds more than one of them.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import json
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pipeline import Pipeline
 from apache_beam.pvalue import PCollection
@@ -38,6 +45,7 @@ from beam_agents.beam._options import (
     agent_config_from_options,
     check_io,
     event_ordering_from_options,
+    output_shards_from_options,
 )
 from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
@@ -52,7 +60,8 @@ from beam_agents.runtime import (
     error_to_json,
 )
 
-__all__ = ["DecodeEvents", "build_pipeline", "run"]
+__all__ = ["DecodeEvents", "WriteShardedLines", "build_pipeline", "run", "shard_of",
+           "shard_paths"]
 
 
 class DecodeEvents(beam.DoFn):
@@ -105,7 +114,7 @@ def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) 
 
 
 def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
-           label: str) -> None:
+           label: str, shards: int) -> None:
     if topic:
         # Attributes name the key, the event and (dead letters) the stage, so a
         # subscriber can filter without parsing the body.
@@ -113,13 +122,105 @@ def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
              | f"Attributes{label}" >> beam.Map(to_message(label.lower()))
              | f"Publish{label}" >> beam.io.WriteToPubSub(topic=topic, with_attributes=True))
     if path:
-        # One file, its lines sorted: the same input in any order, on any
-        # runner, writes the same bytes. A file sink needs a bounded input.
-        _ = (lines
-             | f"Gather{label}" >> combiners.ToList()
-             | f"Sort{label}" >> beam.FlatMap(sorted)
-             | f"Utf8{label}" >> beam.Map(bytes.decode)
-             | f"Write{label}" >> beam.io.WriteToText(path, shard_name_template=""))
+        # A file sink needs a bounded input (`check_io`).
+        _ = lines | f"Write{label}" >> WriteShardedLines(path, shards)
+
+
+def shard_paths(path: str, shards: int) -> list[str]:
+    """The files an output of `shards` shards is written to, in shard order.
+
+    One shard is `path` itself, so a small run reads as it always has; more
+    are ``PATH-SSSSS-of-NNNNN``, Beam's own default template, so ``PATH-*``
+    globs them, they list in shard order, and the count in each name shows a
+    reader whether the set is whole.
+    """
+    if shards == 1:
+        return [path]
+    return [f"{path}-{index:05d}-of-{shards:05d}" for index in range(shards)]
+
+
+def shard_of(line: bytes, shards: int) -> int:
+    """The shard of one output line: a stable hash of its entity key, else of the line.
+
+    Intents and error records name the key as ``entity_key`` (or
+    ``entity_key_b64`` when it is not UTF-8); both hash the key's bytes, so a
+    key's intents and its dead letters land in the same shard number of
+    their outputs. A line without a key (a DECODE record of input that never
+    named one) hashes whole. blake2b, not `hash`, which is salted per process.
+    """
+    key = line
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        doc = json.loads(line)
+        if doc.get("entity_key"):
+            key = doc["entity_key"].encode()
+        elif doc.get("entity_key_b64"):
+            key = base64.b64decode(doc["entity_key_b64"], validate=True)
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % shards
+
+
+class WriteShardedLines(beam.PTransform):  # type: ignore[type-arg]
+    """Lines -> `shard_paths` files, each line in the shard of its key, each file sorted.
+
+    The file set is a function of the set of lines alone (invariant 10): the
+    shard comes from the line, and a shard's lines are sorted. Lines are
+    grouped by shard and each group sorted on its own, so a worker holds one
+    shard, not the whole output. Every shard is seeded, so an empty one is
+    an empty file and the set is always whole. Shards go to a temporary
+    directory beside `path` and are renamed only once all are written: a
+    failed run leaves no partial set under the final names, and a retried
+    bundle rewrites the same bytes.
+    """
+
+    def __init__(self, path: str, shards: int) -> None:
+        super().__init__()
+        self._path = path
+        self._shards = shards
+
+    def expand(self, lines: Any) -> Any:
+        """Key by shard, group, sort and write each, then rename them into place."""
+        shards, keyed = self._shards, beam.typehints.Tuple[int, bytes | None]
+        # Named once, here, so every worker and every retry writes into the same directory.
+        temp_dir = f"{self._path}.temp-{uuid.uuid4().hex}"
+        seeds = (lines.pipeline
+                 | "Shards" >> beam.Create(range(shards))
+                 | "Seed" >> beam.Map(lambda index: (index, None)).with_output_types(keyed))
+        marked = lines | "Shard" >> beam.Map(
+            lambda line: (shard_of(line, shards), line)).with_output_types(keyed)
+        written = ((marked, seeds)
+                   | "All" >> beam.Flatten()
+                   | "GroupByShard" >> beam.GroupByKey()
+                   | "SortAndWrite" >> beam.Map(_write_shard, temp_dir))
+        return (written
+                | "Written" >> combiners.ToList()  # one temporary path per shard
+                | "Rename" >> beam.Map(_rename_into_place, shard_paths(self._path, shards),
+                                       temp_dir))
+
+
+def _write_shard(shard: tuple[int, Iterable[bytes | None]], temp_dir: str) -> tuple[int, str]:
+    index, lines = shard
+    temp = f"{temp_dir}/{index:05d}"
+    with FileSystems.create(temp) as handle:
+        for line in sorted(line for line in lines if line is not None):
+            handle.write(line + b"\n")
+    return index, temp
+
+
+def _rename_into_place(written: list[tuple[int, str]], paths: list[str], temp_dir: str) -> None:
+    # A retry of this step finds some temporaries already renamed: those are done.
+    present = {item.path.rsplit("/", 1)[-1]
+               for item in FileSystems.match([f"{temp_dir}/*"])[0].metadata_list}
+    moves: list[tuple[str, str]] = []
+    done: list[tuple[str, str]] = []
+    for (_, temp), path in zip(sorted(written), paths, strict=True):
+        (moves if temp.rsplit("/", 1)[-1] in present else done).append((temp, path))
+    if missing := [path for _, path in done if not FileSystems.exists(path)]:
+        raise OSError(f"shards written but neither renamed nor in {temp_dir}: {missing[:3]}")
+    if moves:
+        FileSystems.rename([temp for temp, _ in moves], [path for _, path in moves])
+    # Every temporary has a shard's name, so none is left: this removes the local
+    # directory, and is nothing on object stores. Beam's own sinks shrug at a failure too.
+    with contextlib.suppress(OSError):
+        FileSystems.delete([temp_dir])
 
 
 def _activate(events: PCollection[tuple[bytes, bytes]], config: AgentConfig, *,
@@ -166,8 +267,11 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     ordering = event_ordering_from_options(options) if streaming else None
     activated = _activate(decoded.events, config, ordering=ordering, provider=provider)
     errors = (decoded[ERRORS], activated[ERRORS]) | "AllErrors" >> beam.Flatten()
-    _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents")
-    _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors")
+    # One count for both outputs, so a key's intents and dead letters share a shard number.
+    shards = output_shards_from_options(options) if opts.output_path or opts.errors_path else 1
+    _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents",
+           shards=shards)
+    _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors", shards=shards)
 
 
 def run(argv: list[str] | None = None, *, progress_every: int = 0) -> Any:
