@@ -36,6 +36,7 @@ from beam_agents.runtime import (
     error_from_json,
 )
 from beam_agents.testing import ScriptedModel
+from tests import agents
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -235,3 +236,37 @@ def test_arrival_order_runs_an_event_as_soon_as_its_key_is_free() -> None:
     intents, errors = _ordered_run(EventOrdering(mode="arrival"), [OUT_OF_ORDER[0]])
     assert errors == []
     assert by_key(intents)["a"][0]["event_id"] == "e03"
+
+
+def test_the_end_of_a_bounded_stream_runs_every_keys_next_event_at_once() -> None:
+    """Beam's end-of-input rounds: each key's n-th event starts beside the other keys' n-th.
+
+    Drained key after key, the 6 keys' activations at the end would not
+    overlap; in rounds, most of each seq's six run side by side.
+    """
+    agents.TIMED.clear()
+    keys = [f"k{k}" for k in range(6)]
+    stream = EventStream().add_elements(
+        [TimestampedValue(line(key, n), n) for n in range(3) for key in keys])
+    COLLECTED.clear()
+    options = PipelineOptions(["--runner=DirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = TestPipeline(options=options)
+    decoded = (pipeline
+               | "Events" >> stream.advance_watermark_to_infinity()
+               | "Decode" >> beam.ParDo(DecodeEvents("json")).with_output_types(KEYED)
+               .with_outputs(ERRORS, main="events"))
+    activated = decoded.events | "Activate" >> beam.ParDo(
+        AgentDoFn(AgentConfig(agent="tests.agents:steady"))).with_input_types(
+        KEYED).with_outputs(ERRORS, main="intents")
+    _ = activated.intents | "KeepIntents" >> beam.Map(collect, "intents")
+    pipeline.run().wait_until_finish()
+
+    intents = [json.loads(x) for x in COLLECTED["intents"]]
+    assert {key: [i["seq"] for i in rows] for key, rows in by_key(intents).items()} == {
+        key: [1, 2, 3] for key in keys}
+    for seq in (2, 3):
+        spans = sorted((start, end) for _, s, _, start, end in agents.TIMED if s == seq)
+        assert len(spans) == len(keys)
+        overlapping = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+        assert overlapping > len(keys) // 2, (seq, spans)

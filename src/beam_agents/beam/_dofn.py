@@ -1,7 +1,7 @@
 """AgentDoFn: the streaming host, a stateful DoFn over the shared `KeyedEngine`.
 
-It only translates between Beam and the engine (the design notes' "The
-streaming hosts"):
+It only translates between Beam and the engine (docs/design.md, "How each
+engine runs it"):
 
 * keyed state holds the activation cells (`CELLS`), the queue's (`QUEUE_CELLS`)
   and the watermark the key has seen pass; `process` queues the event before

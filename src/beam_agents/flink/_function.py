@@ -5,7 +5,7 @@ keyed-state cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine` in
 a callback that has the key in scope, and routes the lines that come back.
 PyFlink's async functions cannot reach keyed state, so the concurrency comes
 from the engine: the activation runs on the runtime's loop while the operator
-goes on with other keys (the design notes' "The Flink host").
+goes on with other keys (docs/design.md, "How each engine runs it").
 
 Event order (``--event_order``):
 

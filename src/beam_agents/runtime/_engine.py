@@ -1,11 +1,12 @@
 """The engine around the core: a per-key queue in keyed state, suspension, and outcome application.
 
 Every host runs this engine; only where its cells live and how it is called
-back differ (the design notes' "The engine"). An event is queued durably
-before anything runs it (invariant 8); a key runs one activation at a time,
-in ``(event_time_ms, event_id)`` order (invariant 10), while other keys run
-on the `Scheduler`; a transient failure suspends the key and retries the
-same seq after a backoff, so the calls it paid replay (invariants 1 and 9).
+back differ (docs/design.md, "Concurrency, ordering and outages"). An event
+is queued durably before anything runs it (invariant 8); a key runs one
+activation at a time, in ``(event_time_ms, event_id)`` order (invariant 10),
+while other keys run on the `Scheduler`; a transient failure suspends the
+key and retries the same seq after a backoff, so the calls it paid replay
+(invariants 1 and 9).
 `KeyedEngine.next` is the one answer to "what can this key do now" that
 hosts, rounds and backpressure act on. Pure: no runner and no clock of its
 own; hosts pass their processing time.
@@ -322,9 +323,9 @@ class KeyedEngine:
 
         Hosts call it for every key, round after round, so the end of the
         input takes about one model latency per event on the longest queue,
-        not one per event in the worker (the design notes' "End of input in
-        rounds"). A round waits for a free slot rather than skipping the key,
-        and drains only a key whose head is waiting out a retry's backoff.
+        not one per event in the worker (docs/design.md, "Event order on
+        every host"). A round waits for a free slot rather than skipping the
+        key, and drains only a key whose head is waiting out a retry's backoff.
 
         Returns with the key's next activation running (`Step.wake_at_ms`
         set: settle it again in the next round), or with the queue empty (None).
