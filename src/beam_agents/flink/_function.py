@@ -2,29 +2,20 @@
 
 The Flink twin of `AgentDoFn`, and just as thin: it binds a key's nine
 keyed-state cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine` in
-a callback that has the key in scope, and routes the lines that come back.
-PyFlink's async functions cannot reach keyed state, so the concurrency comes
-from the engine: the activation runs on the runtime's loop while the operator
-goes on with other keys (docs/design.md, "How each engine runs it").
+a callback that has the key in scope, and routes the lines that come back;
+the activations run on the runtime's loop while the operator goes on with
+other keys (docs/design.md, "How each engine runs it").
 
-Event order (``--event_order``):
-
-* ``event_time`` (the default): each key's events run in full
-  ``(event_time_ms, event_id)`` order over the whole bounded input, as on the
-  Beam batch path, so the same events in any line order give the same
-  intents (invariant 10). An event is only queued when it arrives; the end of
-  the input runs the queues.
-* ``arrival``: an event starts as soon as its key is free, for the lowest
-  latency; a key that runs too far ahead holds the input (`KeyedEngine.hold`).
-
-Two timers call the engine back for a key: a processing-time timer at
-`Step.wake_at_ms` (a finished activation, a retry's backoff), and event-time
-timers that a bounded input's final watermark fires. Those run in rounds
-(`KeyedEngine.settle`), one per queued position, then a drain at
-`END_OF_INPUT_MS`; Flink fires timers in timestamp order, so every key's
-round *r* runs before any key's round *r + 1*, and the keys run at once.
-Checkpoints snapshot the queue with the key's state and timers, so a restore
-runs every unapplied event again with the same seq (invariants 8 and 9).
+``--event_order event_time`` (the default) only queues each event as it
+arrives, so a bounded input runs in full ``(event_time_ms, event_id)`` order
+and any line order gives the same intents (invariant 10); ``arrival`` starts
+an event as soon as its key is free, holding the input while a key runs
+ahead (`KeyedEngine.hold`). A processing-time timer at `Step.wake_at_ms`
+calls the engine back for a finished activation or a retry; the final
+watermark fires the end-of-input rounds (`KeyedEngine.settle`), one per
+queued position, then a drain at `END_OF_INPUT_MS`. Checkpoints snapshot the
+queue with the key's state and timers, so a restore runs every unapplied
+event again with the same seq (invariants 8 and 9).
 """
 
 from __future__ import annotations
@@ -137,10 +128,8 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
         """Pump the key (processing time), or run a round of the end of the input (event time).
 
-        A round blocks until the key's running activation finishes, then
-        starts its next; the drain, after the rounds, empties the queue.
-        Retries at the end wait out their backoff on the wall clock, the
-        clock processing time reads.
+        Retries at the end wait out their backoff on the wall clock, which
+        processing time reads.
         """
         engine, key = self._started(), ctx.get_current_key()
         timers = ctx.timer_service()
