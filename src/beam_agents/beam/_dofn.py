@@ -21,6 +21,7 @@ commits is the engine's decision (invariants 1, 8, 9).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Hashable, Iterator
 from typing import Any
@@ -40,6 +41,7 @@ from apache_beam.utils.timestamp import Timestamp
 from beam_agents.beam._host import ERRORS, ProviderFactory, SharedEngine, route, wall_ms
 from beam_agents.runtime import (
     CELLS,
+    EARLIEST_MS,
     QUEUE_CELLS,
     AgentConfig,
     EventOrdering,
@@ -142,9 +144,9 @@ class AgentDoFn(beam.DoFn):
         refused = shared.engine.admit(key, cells, event, ordering=self._ordering,
                                       watermark_ms=seen)
         step = self._pump(shared, key, cells, seen)
-        lines = step.lines if refused is None else (refused, *step.lines)
-        return self._emit(shared, key, Step(lines, step.wake_at_ms, step.held_until_ms), wake,
-                          release)
+        if refused is not None:
+            step = dataclasses.replace(step, lines=(refused, *step.lines))
+        return self._emit(shared, key, step, wake, release)
 
     @on_timer(_WAKE)
     def on_wake(  # noqa: PLR0917 - Beam binds state and timers positionally
@@ -190,7 +192,7 @@ class AgentDoFn(beam.DoFn):
     ) -> Iterator[Any]:
         """The watermark passed the key's next event: note it, and run what it let through."""
         shared = self._require_shared()
-        seen = max(watermark.read() or fired.micros // 1000, fired.micros // 1000)
+        seen = max(watermark.read() or EARLIEST_MS, fired.micros // 1000)
         watermark.write(seen)
         cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
                          attempt, retry_at)

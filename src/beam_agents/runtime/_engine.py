@@ -15,6 +15,7 @@ own; hosts pass their processing time.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Literal
@@ -192,7 +193,8 @@ class KeyedEngine:
         """Queue `event` durably for `key`, then `pump`."""
         refused = self.enqueue(key, cells, event)
         step = self.pump(key, cells, now_ms)
-        return step if refused is None else Step((refused, *step.lines), step.wake_at_ms)
+        return step if refused is None else dataclasses.replace(
+            step, lines=(refused, *step.lines))
 
     def admit(self, key: Hashable, cells: KeyCells, event: bytes, *, ordering: EventOrdering,
               watermark_ms: int | None) -> tuple[Channel, bytes] | None:
