@@ -295,6 +295,17 @@ class Run:
         self.join()
         return code
 
+    def freeze(self, settle_s: float = 0.5) -> dict[str, int] | None:
+        """SIGSTOP the run and return its last progress line once stderr has been read.
+
+        The run prints a line after each pull and before acknowledging it, so
+        the line returned counts every message the run took from the subscription.
+        """
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGSTOP)
+        time.sleep(settle_s)  # what it wrote before stopping reaches `_read_stderr`
+        return dict(self.progress) if self.progress else None
+
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)

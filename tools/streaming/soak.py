@@ -197,8 +197,8 @@ def _soak(soak: Soak) -> dict[str, Any]:  # noqa: PLR0915
                                 "fault": "Firestore emulator restarted (empty)"})
             fs_state = "back"
         if not soak.kill and now >= kill_at:
-            progress = dict(run.progress) if run.progress else None
             soak.sample()
+            progress = run.freeze()
             soak.cpu_of_killed = soak.samples[-1].cpu if soak.samples else 0.0
             run.kill()
             soak.kill = {"at_s": round(now, 1), "progress": progress,
@@ -229,10 +229,13 @@ def _show(soak: Soak, outcomes: Outcomes, sent: int, total: int) -> None:
 
 def _finish(soak: Soak, run: Run, outcomes: Outcomes, published: Published) -> dict[str, Any]:
     args = soak.args
+    # What the killed run took and had not ended: its frozen count of pulls
+    # (counted before each ack) less the outcomes seen by then. The run's own
+    # `ended` would not do: an event committed and not yet published counts there.
     pulled_not_ended = None
     progress = soak.kill.get("progress")
-    if progress and "pulled" in progress and "ended" in progress:
-        pulled_not_ended = progress["pulled"] - progress["ended"]
+    if progress and "pulled" in progress:
+        pulled_not_ended = progress["pulled"] - soak.kill["outcomes_before"]
     drain = args.drain_s or max(30.0, args.duration_s / 5)
     deadline = time.monotonic() + drain
     last_count, last_change = -1, time.monotonic()

@@ -316,11 +316,15 @@ def _reporting(tally: RecordingMetrics, reads: LocalSubscriptionReads, *,
     One whole line each time, so a person can watch it and a driver can
     parse it: messages pulled, events decoded, events ended (committed or
     dead-lettered), activations running, and events queued in keyed state.
+    A line also follows each pull, before its messages are acknowledged, so
+    the last line of a frozen run counts every message it took.
     """
     if not every_s:
         yield
         return
     done = threading.Event()
+    reads.on_pull = lambda: print(_progress_line(tally, reads.pulled), file=sys.stderr,
+                                  flush=True)
 
     def report() -> None:
         while not done.wait(every_s):
@@ -333,6 +337,7 @@ def _reporting(tally: RecordingMetrics, reads: LocalSubscriptionReads, *,
     finally:
         done.set()
         thread.join()
+        reads.on_pull = None
         print(_progress_line(tally, reads.pulled), file=sys.stderr, flush=True)
 
 

@@ -106,10 +106,13 @@ class LocalSubscriptionReads:
         self._saved: dict[str, Any] = {}
         self._pulled = 0
         self._client: Any = None
+        #: Called after each non-empty pull is counted and before it is acknowledged,
+        #: so a report it prints never undercounts what the subscription gave up.
+        self.on_pull: Callable[[], None] | None = None
 
     @property
     def pulled(self) -> int:
-        """Messages pulled (and so acknowledged) since `install`."""
+        """Messages pulled since `install`: every one acknowledged is counted first."""
         return self._pulled
 
     @property
@@ -140,9 +143,8 @@ class LocalSubscriptionReads:
                 from google.cloud.pubsub_v1 import SubscriberClient  # noqa: PLC0415
 
                 self._client = SubscriberClient()  # one channel for the run, not one per pull
-            pulled = list(_pull(self._client, reader._sub_name, timestamp_attribute))
-            self._pulled += len(pulled)  # one reader thread at a time per source
-            return pulled
+            return list(_pull(self._client, reader._sub_name, timestamp_attribute,
+                              before_ack=self._count))
 
         def finish_bundle(reader: Any) -> Any:
             if stopped.is_set():
@@ -152,6 +154,11 @@ class LocalSubscriptionReads:
 
         setattr(evaluator, "_read_from_pubsub", read)  # noqa: B010 - a patch, on purpose
         setattr(evaluator, "finish_bundle", finish_bundle)  # noqa: B010
+
+    def _count(self, pulled: int) -> None:
+        self._pulled += pulled  # one reader thread at a time per source
+        if self.on_pull is not None:
+            self.on_pull()
 
     def uninstall(self) -> None:
         """Put the local runner's own reader back, and close the client it pulled with."""
@@ -167,9 +174,12 @@ class LocalSubscriptionReads:
         self._saved = {}
 
 
-def _pull(client: Any, subscription: str,
-          timestamp_attribute: str | None) -> Iterator[tuple[Any, Any]]:
-    """One pull: ``(timestamp, PubsubMessage)`` pairs, acknowledged as Beam's reader does."""
+def _pull(client: Any, subscription: str, timestamp_attribute: str | None, *,
+          before_ack: Callable[[int], None]) -> Iterator[tuple[Any, Any]]:
+    """One pull: ``(timestamp, PubsubMessage)`` pairs, acknowledged as Beam's reader does.
+
+    `before_ack` hears how many messages came, before they are acknowledged.
+    """
     from apache_beam.io.gcp.pubsub import PubsubMessage  # noqa: PLC0415
     from apache_beam.utils.timestamp import Timestamp  # noqa: PLC0415
     from google.api_core import exceptions  # noqa: PLC0415
@@ -194,6 +204,7 @@ def _pull(client: Any, subscription: str,
         pairs.append((timestamp, PubsubMessage(message.data, attributes,
                                                message_id=message.message_id)))
     if received:
+        before_ack(len(received))
         client.acknowledge(subscription=subscription,
                            ack_ids=[item.ack_id for item in received])
     yield from pairs
