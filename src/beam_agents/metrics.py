@@ -2,8 +2,9 @@
 
 The core increments counters by (namespace, name), the same pairs the
 specification names (``beam_agents.memory:soft_cap_warnings``), and reports
-high-water marks (``beam_agents.runtime:in_flight_peak``) the same way. The
-Beam adapter binds them to ``apache_beam.metrics.Metrics`` (a peak becomes a
+high-water marks (``beam_agents.runtime:in_flight_peak``) and samples of a
+distribution (``beam_agents.runtime:queue_length``) the same way. The Beam
+adapter binds them to ``apache_beam.metrics.Metrics`` (a peak becomes a
 distribution, whose max is the peak), the Flink adapter to the operator's
 metric group; tests use `RecordingMetrics`.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"]
+__all__ = ["BufferedMetrics", "Distribution", "MetricsSink", "NoopMetrics", "RecordingMetrics"]
 
 
 @runtime_checkable
@@ -27,6 +29,9 @@ class MetricsSink(Protocol):
     def peak(self, namespace: str, name: str, value: int) -> None:
         """Record that `namespace:name` reached `value`; the sink keeps the largest."""
 
+    def observe(self, namespace: str, name: str, value: int) -> None:
+        """Add one sample to the distribution `namespace:name` (count, sum, min, max)."""
+
 
 class NoopMetrics:
     """Discards every increment; the default where nothing is bound."""
@@ -37,6 +42,31 @@ class NoopMetrics:
     def peak(self, namespace: str, name: str, value: int) -> None:
         """Do nothing."""
 
+    def observe(self, namespace: str, name: str, value: int) -> None:
+        """Do nothing."""
+
+
+@dataclass(slots=True)
+class Distribution:
+    """What a distribution metric keeps, as Beam's and Flink's do: count, sum, min and max."""
+
+    count: int = 0
+    sum: int = 0
+    min: int | None = None
+    max: int | None = None
+
+    def add(self, value: int) -> None:
+        """Count one sample."""
+        self.count += 1
+        self.sum += value
+        self.min = value if self.min is None else min(self.min, value)
+        self.max = value if self.max is None else max(self.max, value)
+
+    @property
+    def mean(self) -> float | None:
+        """The samples' mean, or None before the first."""
+        return self.sum / self.count if self.count else None
+
 
 class RecordingMetrics:
     """Keeps every counter in memory, for tests and for the demo's summary."""
@@ -44,6 +74,7 @@ class RecordingMetrics:
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self.peaks: dict[str, int] = {}
+        self.distributions: dict[str, Distribution] = {}
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Add `value` to ``counters["namespace:name"]``."""
@@ -53,6 +84,10 @@ class RecordingMetrics:
         """Keep the largest `value` in ``peaks["namespace:name"]``."""
         key = f"{namespace}:{name}"
         self.peaks[key] = max(self.peaks.get(key, value), value)
+
+    def observe(self, namespace: str, name: str, value: int) -> None:
+        """Add `value` to ``distributions["namespace:name"]``."""
+        self.distributions.setdefault(f"{namespace}:{name}", Distribution()).add(value)
 
     def get(self, namespace: str, name: str) -> int:
         """Return the current value of ``namespace:name`` (0 if never incremented)."""
@@ -72,6 +107,7 @@ class BufferedMetrics:
     def __init__(self) -> None:
         self._pending: Counter[tuple[str, str]] = Counter()
         self._peaks: dict[tuple[str, str], int] = {}
+        self._samples: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         self._bound: dict[tuple[str, str], Any] = {}
 
@@ -85,6 +121,11 @@ class BufferedMetrics:
         with self._lock:
             key = (namespace, name)
             self._peaks[key] = max(self._peaks.get(key, value), value)
+
+    def observe(self, namespace: str, name: str, value: int) -> None:
+        """Buffer a sample of the distribution ``namespace:name``; safe from any thread."""
+        with self._lock:
+            self._samples.append((namespace, name, value))
 
     def drain(self) -> list[tuple[str, str, int]]:
         """Take every buffered ``(namespace, name, value)`` and reset the buffer."""
@@ -101,11 +142,18 @@ class BufferedMetrics:
             counter.inc(value)
         with self._lock:
             peaks, self._peaks = self._peaks, {}
+            samples, self._samples = self._samples, []
         for (namespace, name), value in peaks.items():
             self._report_peak(namespace, name, value)
+        for namespace, name, value in samples:
+            self._report_sample(namespace, name, value)
 
     def _report_peak(self, namespace: str, name: str, value: int) -> None:
         """Hand a high-water mark to the engine; subclasses bind it."""
+        raise NotImplementedError
+
+    def _report_sample(self, namespace: str, name: str, value: int) -> None:
+        """Hand one sample of a distribution to the engine; subclasses bind it."""
         raise NotImplementedError
 
     def _counter(self, namespace: str, name: str) -> Any:

@@ -103,12 +103,17 @@ def test_malformed_lines_become_decode_errors_and_every_line_is_accounted_for(
 
 
 def test_the_soft_cap_counter_shows_in_result_metrics(tmp_path: Path) -> None:
-    _, _, result = run(tmp_path, None, "examples.support_agent:agent", source=SAMPLE)
+    _, errors, result = run(tmp_path, None, "examples.support_agent:agent", source=SAMPLE)
 
     assert counter_value(result, "beam_agents.memory", "soft_cap_warnings") >= 1
     assert counter_value(result, "beam_agents.runtime", "events") == len(
         SAMPLE.read_text().splitlines())
     assert counter_value(result, "beam_agents.model", "provider_calls") > 900
+    found = result.metrics().query(MetricsFilter().with_name("queue_length"))["distributions"]
+    lengths = [d.committed for d in found if d.key.metric.namespace == "beam_agents.runtime"]
+    undecodable = sum(1 for error in errors if error["stage"] == "STAGE_DECODE")
+    assert sum(d.count for d in lengths) == len(SAMPLE.read_text().splitlines()) - undecodable
+    assert max(d.max for d in lengths) > 1  # the sample has keys with many events
 
 
 @pytest.mark.parametrize("flags", [

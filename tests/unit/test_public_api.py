@@ -62,7 +62,8 @@ PUBLIC = {
         # Bounded backlogs and event-time order (invariants 4 and 10).
         "BacklogFullError", "LateEventError",
     ],
-    "beam_agents.metrics": ["BufferedMetrics", "MetricsSink", "NoopMetrics", "RecordingMetrics"],
+    "beam_agents.metrics": ["BufferedMetrics", "Distribution", "MetricsSink", "NoopMetrics",
+                            "RecordingMetrics"],
     "beam_agents.stores": [
         "FirestoreCallJournal", "FirestoreCallJournalConfig", "FirestoreLongtermConfig",
         "FirestoreLongtermStore", "InMemoryLongtermConfig", "InMemoryLongtermStore",

@@ -69,3 +69,10 @@ class BeamMetrics(BufferedMetrics):
         if tally is not None:
             with _tally_lock:
                 tally.peak(namespace, name, value)
+
+    def _report_sample(self, namespace: str, name: str, value: int) -> None:
+        Metrics.distribution(namespace, name).update(value)
+        tally = _tally
+        if tally is not None:
+            with _tally_lock:
+                tally.observe(namespace, name, value)

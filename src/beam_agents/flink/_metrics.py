@@ -23,6 +23,7 @@ class FlinkMetrics(BufferedMetrics):
         super().__init__()
         self._group = group
         self._highest: dict[tuple[str, str], int] = {}
+        self._distributions: dict[tuple[str, str], Any] = {}
 
     def _counter(self, namespace: str, name: str) -> Any:
         return self._group.add_group(namespace).counter(name)
@@ -32,3 +33,11 @@ class FlinkMetrics(BufferedMetrics):
         if key not in self._highest:
             self._group.add_group(namespace).gauge(name, lambda: self._highest[key])
         self._highest[key] = max(self._highest.get(key, value), value)
+
+    def _report_sample(self, namespace: str, name: str, value: int) -> None:
+        key = (namespace, name)
+        distribution = self._distributions.get(key)
+        if distribution is None:
+            distribution = self._distributions[key] = (
+                self._group.add_group(namespace).distribution(name))
+        distribution.update(value)

@@ -1,15 +1,12 @@
 """The engine around the core: a per-key queue in keyed state, suspension, and outcome application.
 
-Every host runs this engine; only where its cells live and how it is called
-back differ (docs/design.md, "Concurrency, ordering and outages"). An event
-is queued durably before anything runs it (invariant 8); a key runs one
-activation at a time, in ``(event_time_ms, event_id)`` order (invariant 10),
-while other keys run on the `Scheduler`; a transient failure suspends the
-key and retries the same seq after a backoff, so the calls it paid replay
-(invariants 1 and 9).
-`KeyedEngine.next` is the one answer to "what can this key do now" that
-hosts, rounds and backpressure act on. Pure: no runner and no clock of its
-own; hosts pass their processing time.
+Every host runs it; only where its cells live and how it is called back
+differ (docs/design.md, "Concurrency, ordering and outages"). Events are
+queued durably before they run (invariant 8), one per key at a time in
+``(event_time_ms, event_id)`` order (invariant 10); a transient failure
+retries the same seq after a backoff (invariants 1 and 9). `KeyedEngine.next`
+answers "what can this key do now" for hosts, rounds and backpressure.
+Pure: hosts pass their processing time.
 """
 
 from __future__ import annotations
@@ -50,9 +47,8 @@ from beam_agents.runtime._scheduler import Running, Scheduler
 __all__ = ["POLL_MS", "QUEUE_CELLS", "BagCell", "KeyCells", "KeyedEngine", "Next", "QueueCell",
            "Step", "ValueCell"]
 
-#: The soonest a host looks again at a key whose activation is still running;
-#: it is woken when the activation can be expected to have finished (see
-#: `Scheduler.expected_remaining_ms`), and at least this far apart.
+#: The soonest a host looks again at a running key; it is woken when the activation
+#: can be expected to have finished (`Scheduler.expected_remaining_ms`).
 POLL_MS = 20
 
 #: An empty replay cache: what a dead letter leaves of its suspended attempts' paid calls.
@@ -170,9 +166,8 @@ class KeyedEngine:
             key: The key in scope.
             cells: That key's cells.
             event: AgentEvent bytes.
-            capped: Whether ``max_queued_per_key`` bounds the queue. The batch
-                path's queue is not keyed state but the group the runner
-                already holds, so it passes False.
+            capped: Whether ``max_queued_per_key`` bounds the queue; False on
+                the batch path, whose queue is the group the runner holds.
 
         Returns:
             None, or the BACKLOG dead letter of an event the key had no room
@@ -187,6 +182,7 @@ class KeyedEngine:
         length = self._queue.add(key, cells.queued, event)
         self._metrics.inc(NAMESPACE, "queued")
         self._metrics.peak(NAMESPACE, "queued_per_key_peak", length)
+        self._metrics.observe(NAMESPACE, "queue_length", length)
         return None
 
     def offer(self, key: Hashable, cells: KeyCells, event: bytes, now_ms: int) -> Step:
@@ -284,9 +280,11 @@ class KeyedEngine:
         if after.action == "start":
             head = self._queue.head(key, cells.queued)
             assert head is not None
-            if self._scheduler.try_start(key, cells.state.read(), head,
-                                         attempt=(cells.attempt.read() or 0) + 1):
+            attempt = (cells.attempt.read() or 0) + 1
+            if self._scheduler.try_start(key, cells.state.read(), head, attempt=attempt):
                 after = Next("running")
+                if attempt == 1:
+                    self._observe_head_age(key, cells, now_ms)
         if after.action == "held":
             return Step(tuple(lines), None, after.at_ms)
         held_until = None
@@ -297,6 +295,12 @@ class KeyedEngine:
             if upcoming is not None and upcoming > ready_through_ms:
                 held_until = upcoming
         return Step(tuple(lines), self._wake_at(key, after, now_ms), held_until)
+
+    def _observe_head_age(self, key: Hashable, cells: KeyCells, now_ms: int) -> None:
+        """Sample the age of the head, the key's oldest queued event, as it first starts."""
+        head_time = self._queue.head_time(key, cells.queued)
+        if head_time is not None:
+            self._metrics.observe(NAMESPACE, "oldest_queued_age_ms", max(0, now_ms - head_time))
 
     def _wake_at(self, key: Hashable, after: Next, now_ms: int) -> int | None:
         """When a host should call back for a key that will do `after` next."""

@@ -319,3 +319,24 @@ def test_an_event_behind_the_keys_watermark_is_late_counted_and_run_or_dead_lett
             late[1]).STAGE_LATE
         assert ran == ["e005"]
         assert metrics.get("beam_agents.runtime", "errors_late") == 1
+
+
+def test_the_queue_length_and_the_oldest_queued_age_are_distributions() -> None:
+    """Each queued event samples its key's queue length; each first start, the head's age."""
+    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+
+    metrics = RecordingMetrics()
+    config = AgentConfig(agent="tests.agents:counter")
+    with start_runtime(config, metrics=metrics) as runtime:
+        engine = KeyedEngine.over(runtime)
+        cells = KeyCells.in_process()
+        for n in range(3):  # event times 0, 1,000 and 2,000 ms
+            engine.enqueue("k", cells, event("k", n))
+        clock = iter(range(10_000, 10_000_000, 500))
+        engine.drain("k", cells, clock_ms=lambda: next(clock))
+    lengths = metrics.distributions["beam_agents.runtime:queue_length"]
+    assert (lengths.count, lengths.min, lengths.max, lengths.sum) == (3, 1, 3, 6)
+    ages = metrics.distributions["beam_agents.runtime:oldest_queued_age_ms"]
+    assert ages.count == 3  # one sample per event, on its first attempt only
+    assert ages.min is not None and ages.min >= 10_000 - 2_000
+    assert ages.max is not None and ages.max >= 10_000  # the first event's, at time 0

@@ -42,6 +42,9 @@ class Counts:
     def peak(self, namespace: str, name: str, value: int) -> None:
         pass
 
+    def observe(self, namespace: str, name: str, value: int) -> None:
+        pass
+
 
 @pytest.mark.parametrize("line", list(BAD_LINES), ids=range(len(BAD_LINES)))
 def test_each_bad_line_is_a_decode_record_carrying_its_bytes(line: bytes) -> None:
