@@ -136,7 +136,7 @@ def _redrive_subscription(parsed: argparse.Namespace) -> int:
     if not (parsed.subscription and parsed.topic) or parsed.file or parsed.output:
         raise ConfigError("redrive from Pub/Sub takes --subscription and --topic, and no file "
                           "or --output", field="subscription")
-    from beam_agents.beam._pubsub import redrive_subscription  # noqa: PLC0415 - gcp extra
+    from beam_agents.beam import redrive_subscription  # noqa: PLC0415 - gcp extra
 
     def convert(data: bytes) -> list[bytes] | None:
         record = error_from_json(data)

@@ -42,12 +42,10 @@ from typing import Any
 from beam_agents.errors import ConfigError
 from beam_agents.memory import LruCompactor
 from beam_agents.metrics import MetricsSink
-from beam_agents.model import ModelConfig, ModelProvider
-from beam_agents.model._config import KEY_SOURCES
+from beam_agents.model import API_KEY_SOURCES, ModelConfig, ModelProvider
 from beam_agents.model.providers import build_provider
 from beam_agents.runtime import ActivationRuntime, AgentConfig, RetryPolicy
-from beam_agents.stores import longterm_config_from_mapping
-from beam_agents.stores._journal_config import call_journal_config_from_mapping
+from beam_agents.stores import call_journal_config_from_mapping, longterm_config_from_mapping
 
 __all__ = [
     "add_agent_flags",
@@ -405,9 +403,9 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
     if given("model_provider") is not None:
         model["provider"] = given("model_provider")
     flagged = {key: given(flag) for flag, key, _ in _MODEL_FLAGS if given(flag) is not None}
-    if any(source in flagged for source in KEY_SOURCES):
+    if any(source in flagged for source in API_KEY_SOURCES):
         # A flag naming where the key lives replaces whichever the file names.
-        for source in KEY_SOURCES:
+        for source in API_KEY_SOURCES:
             model.pop(source, None)
     model.update(flagged)
     if given("model_latency_ms") is not None:

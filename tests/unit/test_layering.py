@@ -53,19 +53,23 @@ def _module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The absolute names one import statement names: modules, and ``module.attr`` for a from."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        anchor = parts[: len(parts) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
 def _named_modules(source: str, package: str) -> Iterator[tuple[int, str]]:
     """Every module an import statement, or importlib.import_module("..."), names."""
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                anchor = parts[: len(parts) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            yield node.lineno, base
-            yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield from ((node.lineno, name) for name in _imported(node, package))
         elif (isinstance(node, ast.Call) and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
               and ast.unparse(node.func) in {"importlib.import_module", "import_module",
@@ -101,6 +105,53 @@ def test_the_ast_check_sees_lazy_and_relative_imports() -> None:
     named = [name for _, name in _named_modules(source, "beam_agents.runtime") if _is_edge(name)]
     assert sorted(named) == ["apache_beam", "beam_agents.beam", "beam_agents.beam.AgentDoFn",
                              "beam_agents.stores", "beam_agents.stores.SqliteLongtermStore"]
+
+
+def _is_private_of_another_package(name: str, own: str) -> bool:
+    """Whether `name` reaches a ``_private`` module or name inside another top-level subpackage.
+
+    The root's own private modules (``beam_agents._canonical``, ``_proto``, ...)
+    are the shared internals every package builds on, so they do not count.
+    """
+    parts = name.split(".")
+    return (len(parts) > 2 and parts[0] == "beam_agents" and parts[1] != own
+            and not parts[1].startswith("_")
+            and any(part.startswith("_") and not part.startswith("__") for part in parts[2:]))
+
+
+def _private_imports_across_packages(source: str, module: str, package: str) -> list[str]:
+    """``line: statement`` for each import of another top-level subpackage's private module."""
+    own = module.split(".")[1] if "." in module else ""
+    hits = [node for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            and any(_is_private_of_another_package(name, own)
+                    for name in _imported(node, package))]
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in sorted(hits, key=lambda n: n.lineno)]
+
+
+def test_no_module_imports_a_private_module_of_another_package() -> None:
+    """Packages meet through their public ``__init__``: a backend or host outside the
+    library needs nothing more than what the library's own backends and hosts use."""
+    found = [f"{path.relative_to(SRC.parents[1])}:{hit}"
+             for path in sorted(SRC.rglob("*.py")) if "_proto" not in path.parts
+             for hit in _private_imports_across_packages(
+                 path.read_text(encoding="utf-8"), _module_of(path), _package_of(path))]
+    assert found == [], "import these from the package instead:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_sees_relative_and_lazy_imports() -> None:
+    """The check itself can fail; imports inside one subpackage and of root internals pass."""
+    source = ("from beam_agents.memory._store import validate_key\n"
+              "def f():\n    from ..model import _journal\n"
+              "    import beam_agents.beam._pubsub\n"
+              "import beam_agents.stores._config\n"
+              "from ._buffered import BufferedStore\n"
+              "from beam_agents._canonical import canonical_json\n"
+              "from beam_agents.memory import validate_key\n")
+    found = _private_imports_across_packages(source, "beam_agents.stores.sqlite",
+                                             "beam_agents.stores")
+    assert found == ["1: from beam_agents.memory._store import validate_key",
+                     "3: from ..model import _journal", "4: import beam_agents.beam._pubsub"]
 
 
 def test_no_hand_written_module_is_over_450_lines() -> None:

@@ -18,8 +18,13 @@ PUBLIC = {
         "MemoryContractError", "MemoryOverflow", "MemoryUnavailable", "PendingUpserts",
         "RingCorruptError", "Scope", "ScopeViolation", "TaskRegistry", "WriteCoordinator",
         "WriteOutcome", "WriteReceipt", "WriteRequest",
+        # The backend kit: the validators, the seq guard and the pending buffer's check.
+        "LimitCheck", "as_batch", "check_scope", "copy_record", "seq_guard_allows",
+        "validate_entity_key", "validate_key", "validate_record", "validate_search",
+        "validate_value",
     ],
     "beam_agents.model": [
+        "API_KEY_SOURCES", "DEFAULT_BUDGET_WINDOW_MS", "DEFAULT_JOURNAL_TTL_MS",
         "BreakerConfig", "BreakerRegistry", "BreakerState", "CachedResponse", "CallJournal",
         "CallJournalConfig", "CircuitBreaker", "InMemoryCallJournal", "JournalEntry",
         "JournalWrite", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message", "ModelConfig", "ModelFacade",
@@ -68,12 +73,12 @@ PUBLIC = {
         "FirestoreCallJournal", "FirestoreCallJournalConfig", "FirestoreLongtermConfig",
         "FirestoreLongtermStore", "InMemoryLongtermConfig", "InMemoryLongtermStore",
         "SqliteCallJournal", "SqliteCallJournalConfig", "SqliteLongtermConfig",
-        "SqliteLongtermStore", "longterm_config_from_mapping",
+        "SqliteLongtermStore", "call_journal_config_from_mapping", "longterm_config_from_mapping",
     ],
     "beam_agents.beam": [
         "ERRORS", "AgentBatchDoFn", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics",
         "DecodeEvents",
-        "agent_config_from_options", "build_pipeline", "check_io", "run",
+        "agent_config_from_options", "build_pipeline", "check_io", "redrive_subscription", "run",
     ],
     "beam_agents.flink": [
         "ERRORS", "AgentKeyedProcessFunction", "DecodeEvents", "FlinkJobOptions", "FlinkMetrics",

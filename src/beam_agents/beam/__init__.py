@@ -5,6 +5,7 @@ from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._options import AgentPipelineOptions, agent_config_from_options, check_io
 from beam_agents.beam._pipeline import DecodeEvents, build_pipeline, run
+from beam_agents.beam._pubsub import redrive_subscription
 
 __all__ = [
     "ERRORS",
@@ -16,5 +17,6 @@ __all__ = [
     "agent_config_from_options",
     "build_pipeline",
     "check_io",
+    "redrive_subscription",
     "run",
 ]

@@ -6,6 +6,10 @@ over a `BufferedLongtermStore`: saves stage into the store's pending buffer
 and are flushed only when the activation succeeds. A long-term row is a
 `LongtermRecord`. The `WriteCoordinator` (seed 004) owns writes whose unit of
 work outlives one call (background and batched writers).
+
+A long-term store backend, here or in another package, builds on the port
+(`LongtermStore`, `PendingUpserts`, the receipts), the validators and the seq
+guard (`seq_guard_allows`, invariant 5) exported here.
 """
 
 from beam_agents.errors import (
@@ -30,10 +34,20 @@ from beam_agents.memory._store import (
     DiscardingLongtermStore,
     DiscardReceipt,
     FlushReceipt,
+    LimitCheck,
     LongtermRecord,
     LongtermStore,
     LongtermStoreConfig,
     PendingUpserts,
+    as_batch,
+    check_scope,
+    copy_record,
+    seq_guard_allows,
+    validate_entity_key,
+    validate_key,
+    validate_record,
+    validate_search,
+    validate_value,
 )
 from beam_agents.memory._writes import (
     BackgroundWork,
@@ -57,6 +71,7 @@ __all__ = [
     "DiscardReceipt",
     "DiscardingLongtermStore",
     "FlushReceipt",
+    "LimitCheck",
     "LongtermHandle",
     "LongtermRecord",
     "LongtermStore",
@@ -75,4 +90,14 @@ __all__ = [
     "WriteOutcome",
     "WriteReceipt",
     "WriteRequest",
+    # The backend kit: what a long-term store outside this package builds on.
+    "as_batch",
+    "check_scope",
+    "copy_record",
+    "seq_guard_allows",
+    "validate_entity_key",
+    "validate_key",
+    "validate_record",
+    "validate_search",
+    "validate_value",
 ]

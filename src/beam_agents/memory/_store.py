@@ -41,6 +41,7 @@ __all__ = [
     "DiscardReceipt",
     "DiscardingLongtermStore",
     "FlushReceipt",
+    "LimitCheck",
     "LongtermRecord",
     "LongtermStore",
     "LongtermStoreConfig",

@@ -9,11 +9,12 @@ Providers live in `beam_agents.model.providers` and load their SDKs lazily.
 
 from beam_agents.model._admission import ProviderAdmission, WaitLedger, estimate_tokens
 from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBreaker
-from beam_agents.model._budget import TokenBudget
+from beam_agents.model._budget import DEFAULT_BUDGET_WINDOW_MS, TokenBudget
 from beam_agents.model._cache_key import compute_cache_key
-from beam_agents.model._config import BreakerConfig, ModelConfig
+from beam_agents.model._config import API_KEY_SOURCES, BreakerConfig, ModelConfig
 from beam_agents.model._facade import ModelFacade
 from beam_agents.model._journal import (
+    DEFAULT_JOURNAL_TTL_MS,
     CallJournal,
     CallJournalConfig,
     InMemoryCallJournal,
@@ -31,6 +32,9 @@ from beam_agents.model._replay_cache import (
 from beam_agents.model._types import Message, ModelRequest, ModelResponse, RateLimits, ToolCall
 
 __all__ = [
+    "API_KEY_SOURCES",
+    "DEFAULT_BUDGET_WINDOW_MS",
+    "DEFAULT_JOURNAL_TTL_MS",
     "MAX_BLOB_BYTES",
     "MAX_ENTRIES",
     "TTL_MS",

@@ -30,10 +30,10 @@ from beam_agents._checks import require_int
 from beam_agents._proto.budget_pb2 import TokenBudgetBlob
 from beam_agents.errors import BudgetExceededError, StateCorruptError, UnsupportedSchemaVersionError
 
-__all__ = ["DEFAULT_WINDOW_MS", "STATE_SCHEMA_VERSION", "TokenBudget"]
+__all__ = ["DEFAULT_BUDGET_WINDOW_MS", "STATE_SCHEMA_VERSION", "TokenBudget"]
 
 #: The default budget window: a day of event time.
-DEFAULT_WINDOW_MS: Final = 86_400_000
+DEFAULT_BUDGET_WINDOW_MS: Final = 86_400_000
 #: The only ``TokenBudgetBlob.state_schema_version`` this library reads or writes.
 STATE_SCHEMA_VERSION: Final = 1
 _CELL: Final = "budget"
@@ -59,7 +59,7 @@ class TokenBudget:
     __slots__ = ("_dirty", "_entity_key", "_max_tokens", "_used", "_window_ms", "_window_start")
 
     def __init__(self, blob: bytes | None, *, entity_key: bytes, now_ms: int, max_tokens: int,
-                 window_ms: int = DEFAULT_WINDOW_MS) -> None:
+                 window_ms: int = DEFAULT_BUDGET_WINDOW_MS) -> None:
         require_int(max_tokens, name="max_tokens_per_entity", low=1, error=ValueError)
         require_int(window_ms, name="budget_window_ms", low=1, error=ValueError)
         self._entity_key = entity_key

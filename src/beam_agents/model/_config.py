@@ -23,7 +23,7 @@ from typing import Any
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 
-__all__ = ["API_KEY_ENV", "API_KEY_SECRET", "KEY_SOURCES", "PROVIDERS", "BreakerConfig",
+__all__ = ["API_KEY_ENV", "API_KEY_SECRET", "API_KEY_SOURCES", "PROVIDERS", "BreakerConfig",
            "ModelConfig"]
 
 PROVIDERS = frozenset({"local", "gemini", "openai"})
@@ -36,7 +36,7 @@ API_KEY_SECRET = re.compile(
 #: A portable environment variable name (POSIX: letters, digits, underscores).
 API_KEY_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 #: The `ModelConfig` fields that say where the API key comes from; at most one is set.
-KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
+API_KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
 _KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 
 # Which optional settings each provider reads; setting one the chosen
@@ -44,9 +44,9 @@ _KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
     "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls",
                         "quota_rps"}),
-    "gemini": frozenset({"project", "location", *KEY_SOURCES, "secret_manager_endpoint",
+    "gemini": frozenset({"project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                          "base_url", "timeout_s"}),
-    "openai": frozenset({*KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
+    "openai": frozenset({*API_KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
 }
 #: The flag of each flow-control field, for messages that name what to fix.
 _FLOW_FLAGS: Mapping[str, str] = {
@@ -192,7 +192,7 @@ class ModelConfig:
         if self.provider not in PROVIDERS:
             raise ConfigError(f"provider must be one of {sorted(PROVIDERS)}, got "
                               f"{self.provider!r}", field="provider")
-        for name in ("project", "location", *KEY_SOURCES, "secret_manager_endpoint",
+        for name in ("project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                      "base_url", "script_path"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
@@ -235,7 +235,7 @@ class ModelConfig:
     def _check_provider_fields(self) -> None:
         defaults = {f.name: f.default for f in fields(self)}
         allowed = _PROVIDER_FIELDS[self.provider]
-        for name in ("project", "location", *KEY_SOURCES, "secret_manager_endpoint",
+        for name in ("project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                      "base_url", "timeout_s", "script_path", "latency_ms", "outage_first_call",
                      "outage_calls", "quota_rps"):
             if name not in allowed and getattr(self, name) != defaults[name]:
@@ -243,7 +243,7 @@ class ModelConfig:
                                   f"remove it (that provider reads: {sorted(allowed)})",
                                   field=name)
         if self.provider == "gemini":
-            keyed = [name for name in KEY_SOURCES if getattr(self, name) is not None]
+            keyed = [name for name in API_KEY_SOURCES if getattr(self, name) is not None]
             if self.project is not None:
                 if self.location is None:
                     raise ConfigError("location is required with project (Vertex AI), e.g. "
@@ -262,7 +262,7 @@ class ModelConfig:
     def _check_key_source(self) -> None:
         # A rejected value is never echoed: a key pasted into the wrong flag
         # must not end up in a log or a launcher's error page.
-        keyed = [name for name in KEY_SOURCES if getattr(self, name) is not None]
+        keyed = [name for name in API_KEY_SOURCES if getattr(self, name) is not None]
         if len(keyed) > 1:
             raise ConfigError(f"set one API key source, not {' and '.join(keyed)}: {_KEY_FLAGS} "
                               "(read on the worker), or api_key", field=keyed[1])

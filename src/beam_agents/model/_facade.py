@@ -49,7 +49,7 @@ from beam_agents.model._breaker import CircuitBreaker
 from beam_agents.model._budget import TokenBudget
 from beam_agents.model._cache_key import compute_cache_key
 from beam_agents.model._journal import (
-    DEFAULT_TTL_MS,
+    DEFAULT_JOURNAL_TTL_MS,
     MAX_JOURNAL_RESPONSE_BYTES,
     CallJournal,
     JournalEntry,
@@ -108,7 +108,7 @@ class ModelFacade:
                  breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
                  run_sync: RunSync | None = None, journal: CallJournal | None = None,
                  journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
-                 journal_ttl_ms: int = DEFAULT_TTL_MS, event_digest: bytes = b"",
+                 journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS, event_digest: bytes = b"",
                  admission: ProviderAdmission | None = None, waits: WaitLedger | None = None,
                  budget: TokenBudget | None = None) -> None:
         if not isinstance(entity_key, bytes):

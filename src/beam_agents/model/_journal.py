@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_TTL_MS", "MAX_JOURNAL_RESPONSE_BYTES", "CallJournal", "CallJournalConfig",
-           "InMemoryCallJournal", "JournalEntry", "JournalWrite", "journal_entry"]
+__all__ = ["DEFAULT_JOURNAL_TTL_MS", "MAX_JOURNAL_RESPONSE_BYTES", "CallJournal",
+           "CallJournalConfig", "InMemoryCallJournal", "JournalEntry", "JournalWrite",
+           "journal_entry"]
 
 #: Largest response journaled in full; a larger one is journaled digest-only,
 #: which keeps every entry inside Firestore's 1 MiB document limit.
@@ -34,7 +35,7 @@ MAX_JOURNAL_RESPONSE_BYTES = 1_000_000
 
 #: Default time-to-live of an entry: a restore from a savepoint up to a week
 #: old still replays instead of paying again.
-DEFAULT_TTL_MS = 7 * 24 * 3_600_000
+DEFAULT_JOURNAL_TTL_MS = 7 * 24 * 3_600_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.memory import Compactor, LongtermStoreConfig, LruCompactor
-from beam_agents.model import CallJournalConfig, ModelConfig
-from beam_agents.model._budget import DEFAULT_WINDOW_MS
-from beam_agents.model._journal import DEFAULT_TTL_MS
+from beam_agents.model import (
+    DEFAULT_BUDGET_WINDOW_MS,
+    DEFAULT_JOURNAL_TTL_MS,
+    CallJournalConfig,
+    ModelConfig,
+)
 from beam_agents.runtime._retry import RetryPolicy
 
 __all__ = ["MAX_EVENT_BYTES", "AgentConfig"]
@@ -84,9 +87,9 @@ class AgentConfig:
     max_queued_per_key: int = 10_000
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     call_journal: CallJournalConfig | None = None
-    call_journal_ttl_ms: int = DEFAULT_TTL_MS
+    call_journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS
     max_tokens_per_entity: int | None = None
-    budget_window_ms: int = DEFAULT_WINDOW_MS
+    budget_window_ms: int = DEFAULT_BUDGET_WINDOW_MS
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, str) or ":" not in self.agent:

@@ -9,6 +9,10 @@ Call-journal backends behind the `beam_agents.model` journal port (invariant 9):
 * `SqliteCallJournal` / `SqliteCallJournalConfig`: embedded (stdlib sqlite3).
 * `FirestoreCallJournal` / `FirestoreCallJournalConfig`: production (google-cloud-firestore).
 
+`longterm_config_from_mapping` and `call_journal_config_from_mapping` turn
+plain data (a JSON config's ``longterm_memory`` and ``call_journal``) into
+these configs; `beam_agents.hosting` re-exports the second for hosts.
+
 Names resolve lazily, so importing this package (or a config) loads neither
 sqlite3 nor google.cloud; a backend's SDK is imported when its store is built.
 """
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from beam_agents.stores._journal_config import (
         FirestoreCallJournalConfig,
         SqliteCallJournalConfig,
+        call_journal_config_from_mapping,
     )
     from beam_agents.stores.firestore import FirestoreLongtermStore
     from beam_agents.stores.firestore_journal import FirestoreCallJournal
@@ -45,6 +50,7 @@ __all__ = [
     "SqliteCallJournalConfig",
     "SqliteLongtermConfig",
     "SqliteLongtermStore",
+    "call_journal_config_from_mapping",
     "longterm_config_from_mapping",
 ]
 
@@ -59,7 +65,6 @@ _HOMES = {
     "SqliteCallJournalConfig": "beam_agents.stores._journal_config",
     "SqliteLongtermConfig": "beam_agents.stores._config",
     "SqliteLongtermStore": "beam_agents.stores.sqlite",
-    # Resolvable here for hosts; beam_agents.hosting is where the pinned API exports it.
     "call_journal_config_from_mapping": "beam_agents.stores._journal_config",
     "longterm_config_from_mapping": "beam_agents.stores._config",
 }

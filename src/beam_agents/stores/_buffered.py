@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from beam_agents._proto.longterm_pb2 import LongtermRecord
 from beam_agents.errors import MemoryContractError
-from beam_agents.memory._store import (
+from beam_agents.memory import (
     DiscardReceipt,
     FlushReceipt,
     LimitCheck,

@@ -51,7 +51,7 @@ from beam_agents.errors import (
     ScopeViolation,
     StoreLimitError,
 )
-from beam_agents.memory._store import LongtermRecord, validate_entity_key, validate_key
+from beam_agents.memory import LongtermRecord, validate_entity_key, validate_key
 
 __all__ = [
     "LONG_ENTITY_ID_PREFIX",

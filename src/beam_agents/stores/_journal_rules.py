@@ -50,7 +50,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from beam_agents.errors import JournalCorruptError, StoreLimitError
-from beam_agents.model._journal import JournalEntry
+from beam_agents.model import JournalEntry
 from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 __all__ = [

@@ -20,7 +20,7 @@ from google.cloud.firestore_v1.async_document import AsyncDocumentReference
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from beam_agents.errors import MemoryContractError, MemoryUnavailable
-from beam_agents.memory._store import (
+from beam_agents.memory import (
     FlushReceipt,
     LongtermRecord,
     seq_guard_allows,

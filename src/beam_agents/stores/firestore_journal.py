@@ -20,7 +20,7 @@ from google.cloud.firestore_v1 import AsyncClient
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model._journal import JournalEntry, JournalWrite
+from beam_agents.model import JournalEntry, JournalWrite
 from beam_agents.stores._firestore_client import FirestoreClient
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from beam_agents.errors import ConfigError, MemoryContractError, MemoryUnavailable
-from beam_agents.memory._store import (
+from beam_agents.memory import (
     DiscardReceipt,
     FlushReceipt,
     LongtermRecord,

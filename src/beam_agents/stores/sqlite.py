@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 
 from beam_agents.errors import MemoryUnavailable
-from beam_agents.memory._store import (
+from beam_agents.memory import (
     FlushReceipt,
     LongtermRecord,
     validate_entity_key,

@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model._journal import JournalEntry, JournalWrite
+from beam_agents.model import JournalEntry, JournalWrite
 from beam_agents.stores._journal_config import SqliteCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,
