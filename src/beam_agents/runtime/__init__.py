@@ -8,7 +8,10 @@ or `Failed` (one error record).
 
 The wire types an agent and a host handle are exported here: `AgentEvent`
 (the input), `Intent` (what an agent emits) and `ErrorRecord` (a dead
-letter), with their canonical JSON forms.
+letter), with their canonical JSON forms. So is what a host needs to run
+the per-key engine (`KeyedEngine`) over its own keyed state: the cell
+protocols (`StateCell`, `QueueCell`), their in-memory forms (`ValueCell`,
+`BagCell`), the cell names (`CELLS`, `QUEUE_CELLS`) and `InputDecoder`.
 """
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
@@ -23,9 +26,7 @@ from beam_agents.runtime._activation import (
 )
 from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._codec import (
-    decode_event,
     decode_event_json,
-    decode_event_proto,
     error_from_json,
     error_to_json,
     event_to_json,
@@ -33,30 +34,25 @@ from beam_agents.runtime._codec import (
 )
 from beam_agents.runtime._config import MAX_EVENT_BYTES, AgentConfig
 from beam_agents.runtime._context import AgentContext, encode_payload
-from beam_agents.runtime._engine import (
-    POLL_MS,
-    QUEUE_CELLS,
+from beam_agents.runtime._engine import QUEUE_CELLS, KeyCells, KeyedEngine, Step
+from beam_agents.runtime._errors import decode_input
+from beam_agents.runtime._keyed import (
+    CELLS,
     BagCell,
-    KeyCells,
-    KeyedEngine,
-    Next,
+    InputDecoder,
     QueueCell,
-    Step,
+    StateCell,
+    StateCells,
     ValueCell,
 )
-from beam_agents.runtime._errors import decode_input, error_record, stage_of
-from beam_agents.runtime._keyed import CELLS, InputDecoder, StateCell, StateCells
-from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES, Oversize, read_lines
+from beam_agents.runtime._lines import Oversize, read_lines
 from beam_agents.runtime._ordering import EARLIEST_MS, EventOrdering
 from beam_agents.runtime._retry import RetryPolicy
-from beam_agents.runtime._scheduler import Running, Scheduler
 
 __all__ = [
     "CELLS",
     "EARLIEST_MS",
     "MAX_EVENT_BYTES",
-    "OVERSIZE_PREFIX_BYTES",
-    "POLL_MS",
     "QUEUE_CELLS",
     "ActivationRuntime",
     "AgentConfig",
@@ -73,27 +69,20 @@ __all__ = [
     "KeyRuns",
     "KeyedEngine",
     "KeyedState",
-    "Next",
     "Outcome",
     "Oversize",
     "QueueCell",
     "RetryPolicy",
-    "Running",
-    "Scheduler",
     "StateCell",
     "StateCells",
     "Step",
     "ValueCell",
-    "decode_event",
     "decode_event_json",
-    "decode_event_proto",
     "decode_input",
     "encode_payload",
     "error_from_json",
-    "error_record",
     "error_to_json",
     "event_to_json",
     "intent_to_json",
     "read_lines",
-    "stage_of",
 ]

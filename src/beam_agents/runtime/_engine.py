@@ -44,8 +44,7 @@ from beam_agents.runtime._queue import EventQueue, QueueCells
 from beam_agents.runtime._retry import RetryPolicy
 from beam_agents.runtime._scheduler import Running, Scheduler
 
-__all__ = ["POLL_MS", "QUEUE_CELLS", "BagCell", "KeyCells", "KeyedEngine", "Next", "QueueCell",
-           "Step", "ValueCell"]
+__all__ = ["POLL_MS", "QUEUE_CELLS", "KeyCells", "KeyedEngine", "Next", "Step"]
 
 #: The soonest a host looks again at a running key; it is woken when the activation
 #: can be expected to have finished (`Scheduler.expected_remaining_ms`).

@@ -13,13 +13,13 @@ from beam_agents.runtime import (
     AgentEvent,
     ErrorRecord,
     Intent,
-    decode_event,
     decode_event_json,
     error_from_json,
     error_to_json,
     event_to_json,
     intent_to_json,
 )
+from beam_agents.runtime._codec import decode_event
 
 events = st.builds(
     AgentEvent, entity_key=st.binary(min_size=1, max_size=20), event_id=st.text(max_size=10),

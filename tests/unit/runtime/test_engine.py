@@ -24,10 +24,10 @@ from beam_agents.runtime import (
     AgentEvent,
     KeyedEngine,
     RetryPolicy,
-    Scheduler,
     error_from_json,
 )
 from beam_agents.runtime._batch import KeyRuns
+from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.testing import ScriptedModel
 from tests import agents
 

@@ -28,10 +28,10 @@ from beam_agents.runtime import (
     KeyedEngine,
     KeyedState,
     RetryPolicy,
-    Scheduler,
     error_from_json,
 )
 from beam_agents.runtime._batch import KeyRuns
+from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.testing import ScriptedModel
 
 pytestmark = pytest.mark.timeout(60)

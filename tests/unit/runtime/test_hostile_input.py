@@ -18,7 +18,6 @@ from beam_agents.errors import ConfigError
 from beam_agents.hosting import agent_config_from_flags
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
-    OVERSIZE_PREFIX_BYTES,
     AgentConfig,
     AgentEvent,
     ErrorRecord,
@@ -27,6 +26,7 @@ from beam_agents.runtime import (
     error_from_json,
     error_to_json,
 )
+from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES
 from beam_agents.testing import make_event
 from tests._hostile import BAD_LINES
 

@@ -15,7 +15,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_agents.runtime import OVERSIZE_PREFIX_BYTES, Oversize, read_lines
+from beam_agents.runtime import Oversize, read_lines
+from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES
 
 
 def lines(data: bytes, *, max_bytes: int = 1 << 20, start: int = 0,

@@ -16,7 +16,8 @@ import pytest
 from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
 from beam_agents.hosting import start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.runtime import AgentConfig, ErrorRecord, Failed, KeyedState, stage_of
+from beam_agents.runtime import AgentConfig, ErrorRecord, Failed, KeyedState
+from beam_agents.runtime._errors import stage_of
 from beam_agents.testing import ScriptedModel, make_event
 
 pytestmark = pytest.mark.timeout(60)

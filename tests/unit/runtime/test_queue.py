@@ -14,8 +14,7 @@ from collections.abc import Iterable
 import pytest
 
 from beam_agents.model._journal import journal_key
-from beam_agents.runtime import AgentEvent, KeyCells, ValueCell
-from beam_agents.runtime._engine import BagCell
+from beam_agents.runtime import AgentEvent, BagCell, KeyCells, ValueCell
 from beam_agents.runtime._queue import EventQueue, QueueCells, queue_order
 
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from beam_agents.errors import MemoryUnavailable, ScopeViolation
-from beam_agents.runtime import AgentConfig, ErrorRecord, Failed, stage_of
+from beam_agents.runtime import AgentConfig, ErrorRecord, Failed
+from beam_agents.runtime._errors import stage_of
 from beam_agents.stores import InMemoryLongtermConfig
 from beam_agents.testing import make_event, run_activation
 
