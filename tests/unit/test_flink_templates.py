@@ -139,9 +139,9 @@ def test_every_flag_named_anywhere_in_the_readme_exists() -> None:
 
 def test_the_readme_shows_every_flow_control_and_budget_flag_in_a_job_command() -> None:
     """No flow-control flag drifts out of the README: each is in a job command that is parsed."""
-    from beam_agents.hosting import _BUDGET_FLAGS, _FLOW_FLAGS  # noqa: PLC0415
+    from beam_agents.hosting._flags import BUDGET_FLAGS, FLOW_FLAGS  # noqa: PLC0415
 
-    flags = {f"--{flag}" for flag, *_ in (*_FLOW_FLAGS, *_BUDGET_FLAGS)}
+    flags = {f"--{flag}" for flag, *_ in (*FLOW_FLAGS, *BUDGET_FLAGS)}
     used = {token for command in shell_commands(readme()) for token in command}
     assert flags - {"--model_quota"} <= used
     assert "--model_quota" in readme()
