@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from beam_agents.errors import ConfigError
-from beam_agents.flink import FlinkJobOptions, FlinkMetrics, flink_settings, parse_args
+from beam_agents.flink import FlinkJobOptions, FlinkMetrics, flink_settings, job_parser, parse_args
 
 IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
       "--errors_path", "out/errors"]
@@ -23,6 +25,21 @@ def test_flags_map_onto_job_options_and_the_shared_agent_config() -> None:
         bundle_size=4, python_managed_memory=True)
     assert config.agent == "tests.agents:counter"
     assert config.longterm_memory is not None
+
+
+def test_every_flag_default_and_its_help_come_from_the_options_dataclass() -> None:
+    """A default is written once, on `FlinkJobOptions`: the flags and their help read it."""
+    parser = job_parser()
+    defaults = {f.name: f.default for f in dataclasses.fields(FlinkJobOptions)
+                if f.default is not dataclasses.MISSING}
+    assert {name: parser.get_default(name) for name in defaults} == defaults
+    helps = {action.dest: action.help or "" for action in parser._actions}
+    for name in ("checkpointing_interval_ms", "restart_attempts", "restart_delay_ms",
+                 "bundle_size", "bundle_time_ms"):
+        assert f"(default {defaults[name]})" in helps[name], name
+    assert "(default on)" in helps["unaligned_checkpoints"]
+    assert "(default off" in helps["python_managed_memory"]
+    assert helps["event_order"].startswith("event_time (default): ")
 
 
 def test_python_workers_are_not_shared_through_managed_memory_by_default() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from pyflink.common import Configuration, Encoder, Types, WatermarkStrategy
@@ -257,6 +257,33 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     return intents, errors
 
 
+#: Each option's default, read from `FlinkJobOptions`: the flags and their help
+#: text take it from there, so a default is written once.
+_DEFAULTS: dict[str, Any] = {field.name: field.default for field in fields(FlinkJobOptions)
+                             if field.default is not MISSING}
+
+#: The event orders the job runs, and what each means; `_DEFAULTS` marks the default.
+_EVENT_ORDERS = {
+    "event_time": "each key's events run in event-time order over the whole input, so any "
+                  "line order gives the same intents",
+    "arrival": "as they arrive, for the lowest latency",
+}
+
+
+def _shown(name: str) -> str:
+    """How the help text shows an option's default: on or off for a switch, else the value."""
+    value = _DEFAULTS[name]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _add(group: Any, name: str, text: str, **kwargs: Any) -> None:
+    """Declare ``--name`` with the `FlinkJobOptions` default; ``{default}`` in `text` shows it."""
+    group.add_argument(f"--{name}", default=_DEFAULTS[name],
+                       help=text.format(default=_shown(name)), **kwargs)
+
+
 def job_parser() -> argparse.ArgumentParser:
     """The job's flags: files in and out, Flink's recovery settings, and the shared agent flags."""
     parser = argparse.ArgumentParser(prog="agent_job.py", description=__doc__.splitlines()[0])
@@ -266,33 +293,30 @@ def job_parser() -> argparse.ArgumentParser:
     io.add_argument("--output_path", help="Directory for intents (JSONL part files).")
     io.add_argument("--errors_path", help="Directory for error records (JSONL part files).")
     flink = parser.add_argument_group("flink")
-    flink.add_argument("--checkpointing_interval_ms", type=int, default=10_000,
-                       help="Checkpoint period in ms; 0 disables (default 10000).")
-    flink.add_argument("--unaligned_checkpoints", action=argparse.BooleanOptionalAction,
-                       default=True, help="Let checkpoint barriers overtake buffered events, "
-                       "so checkpoints complete under backpressure (default on).")
-    flink.add_argument("--checkpoint_dir", help="Durable checkpoint storage URI.")
-    flink.add_argument("--restart_attempts", type=int, default=3,
-                       help="Fixed-delay restart attempts (default 3).")
-    flink.add_argument("--restart_delay_ms", type=int, default=10_000,
-                       help="Delay between restarts in ms (default 10000).")
-    flink.add_argument("--bundle_size", type=int, default=16,
-                       help="Elements per Python bundle; checkpoints wait for the bundle in "
-                       "flight (default 16).")
-    flink.add_argument("--bundle_time_ms", type=int, default=1_000,
-                       help="Longest a Python bundle stays open, in ms (default 1000).")
-    flink.add_argument("--python_managed_memory", action=argparse.BooleanOptionalAction,
-                       default=False, help="Share one Python worker per slot from managed "
-                       "memory (default off: PyFlink 2.3 can fail the task manager when a "
-                       "failover cancels the tasks sharing it).")
-    flink.add_argument("--event_order", choices=("event_time", "arrival"), default="event_time",
-                       help="event_time (default): each key's events run in event-time order "
-                       "over the whole input, so any line order gives the same intents; "
-                       "arrival: as they arrive, for the lowest latency.")
-    flink.add_argument("--parallelism", type=int, help="Operator parallelism.")
-    flink.add_argument("--python_executable", help="Python for the workers (default: Flink's "
-                       "python.executable, or flink run -pyexec).")
-    flink.add_argument("--job_name", default="beam-agents", help="Name in the Flink UI.")
+    switch = argparse.BooleanOptionalAction
+    _add(flink, "checkpointing_interval_ms", "Checkpoint period in ms; 0 disables "
+         "(default {default}).", type=int)
+    _add(flink, "unaligned_checkpoints", "Let checkpoint barriers overtake buffered events, "
+         "so checkpoints complete under backpressure (default {default}).", action=switch)
+    _add(flink, "checkpoint_dir", "Durable checkpoint storage URI.")
+    _add(flink, "restart_attempts", "Fixed-delay restart attempts (default {default}).",
+         type=int)
+    _add(flink, "restart_delay_ms", "Delay between restarts in ms (default {default}).",
+         type=int)
+    _add(flink, "bundle_size", "Elements per Python bundle; checkpoints wait for the bundle "
+         "in flight (default {default}).", type=int)
+    _add(flink, "bundle_time_ms", "Longest a Python bundle stays open, in ms "
+         "(default {default}).", type=int)
+    _add(flink, "python_managed_memory", "Share one Python worker per slot from managed "
+         "memory (default {default}: PyFlink 2.3 can fail the task manager when a failover "
+         "cancels the tasks sharing it).", action=switch)
+    orders = "; ".join(f"{order}{' (default)' if order == _DEFAULTS['event_order'] else ''}: "
+                       f"{meaning}" for order, meaning in _EVENT_ORDERS.items())
+    _add(flink, "event_order", f"{orders}.", choices=tuple(_EVENT_ORDERS))
+    _add(flink, "parallelism", "Operator parallelism.", type=int)
+    _add(flink, "python_executable", "Python for the workers (default: Flink's "
+         "python.executable, or flink run -pyexec).")
+    _add(flink, "job_name", "Name in the Flink UI.")
     add_agent_flags(parser)
     return parser
 
