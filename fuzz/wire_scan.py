@@ -27,7 +27,7 @@ with atheris.instrument_imports(include=["beam_agents"]):
 def test_one_input(data: bytes) -> None:
     """Index `data`; if accepted, check the index against the protobuf parser."""
     try:
-        entries, total = scan_canonical(data)
+        entries, total, version = scan_canonical(data)
     except (NotCanonicalError, IndexError, UnicodeDecodeError):
         return  # refused: the general path decides (see memory_blob)
     blob = MemoryBlob.FromString(data)  # a DecodeError here is a wrong acceptance
@@ -37,6 +37,7 @@ def test_one_input(data: bytes) -> None:
     check(total == blob.total_value_bytes == sum(len(e.value) for e in blob.entries),
           "the indexed total disagrees with the entries")
     check(list(entries) == [e.key for e in blob.entries], "keys differ from the parser's")
+    check(version == blob.memory_version, "the indexed memory_version disagrees")
     for msg, (kind, size, start, end, vstart) in zip(blob.entries, entries.values(), strict=True):
         check(kind == msg.kind and kind in (ENTRY_KIND_SCALAR, ENTRY_KIND_RING),
               f"entry {msg.key!r}: kind {kind} indexed, {msg.kind} parsed")

@@ -7,6 +7,7 @@ import json
 import time
 import zlib
 
+from beam_agents.memory import Memory
 from beam_agents.runtime import AgentContext
 
 
@@ -195,3 +196,47 @@ def reply_once(ctx: AgentContext) -> None:
     """One model call and exactly one intent per event: outcomes count events one to one."""
     reply = ctx.model.complete([{"role": "user", "content": ctx.payload.decode()}])
     ctx.emit("reply", {"text": reply.text, "seq": ctx.seq})
+
+
+def profile_v1(ctx: AgentContext) -> None:
+    """Keeps the customer's name under ``name``: version 1 of a profile agent (no version)."""
+    ctx.memory.set("name", ctx.payload)
+    ctx.emit("hello", {"name": ctx.payload.decode()})
+
+
+def _profile_migrate(old_version: int, memory: Memory) -> None:
+    """Version 0 kept ``name``; version 2 keeps ``profile.name`` and a visit count."""
+    MIGRATED.append(old_version)
+    if old_version == 0:
+        name = memory.get("name")
+        memory.delete("name")
+        if name is not None:
+            memory.set("profile.name", name)
+        memory.set("profile.visits", b"0")
+
+
+#: The old versions `profile_v2.migrate` was called with, in order.
+MIGRATED: list[int] = []
+
+
+def profile_v2(ctx: AgentContext) -> None:
+    """Version 2: reads ``profile.name``, counts visits; a payload "fail" fails after migrating."""
+    visits = int(ctx.memory.get("profile.visits") or b"0") + 1
+    ctx.memory.set("profile.visits", str(visits).encode())
+    if ctx.payload == b"fail":
+        raise RuntimeError("fails after the migration ran")
+    name = (ctx.memory.get("profile.name") or b"?").decode()
+    ctx.emit("hello", {"name": name, "visits": visits})
+
+
+profile_v2.memory_version = 2  # type: ignore[attr-defined]
+profile_v2.migrate = _profile_migrate  # type: ignore[attr-defined]
+
+
+def profile_v1_declared(ctx: AgentContext) -> None:
+    """Version 1 declared: too old for memory that `profile_v2` wrote."""
+    profile_v1(ctx)
+
+
+profile_v1_declared.memory_version = 1  # type: ignore[attr-defined]
+profile_v1_declared.migrate = _profile_migrate  # type: ignore[attr-defined]

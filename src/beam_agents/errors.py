@@ -52,6 +52,7 @@ __all__ = [
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
+    "MemoryVersionError",
     "ModelError",
     "ProviderRejected",
     "ProviderUnavailable",
@@ -121,6 +122,25 @@ class UnsupportedSchemaVersionError(StateError):
             cell=cell,
         )
         self.version = version
+        self.supported = supported
+
+
+class MemoryVersionError(StateError):
+    """Working memory written by a newer `memory_version` than the running agent's.
+
+    Reading it as the older version would reinterpret it silently; the
+    activation is dead-lettered instead, state untouched, for a redrive once
+    the newer agent runs again.
+    """
+
+    def __init__(self, *, found: int, supported: int) -> None:
+        super().__init__(
+            f"working memory has memory_version {found}, newer than this agent's "
+            f"memory_version {supported}; deploy the agent that wrote it, then redrive this "
+            "dead letter. The memory was left as it was.",
+            cell="memory",
+        )
+        self.found = found
         self.supported = supported
 
 

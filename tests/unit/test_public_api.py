@@ -65,7 +65,8 @@ PUBLIC = {
     "beam_agents.errors": [
         "ActivationTimeoutError", "BeamAgentsError", "ConfigError", "EventDecodeError",
         "IntentTooLargeError", "JournalCorruptError", "JournalUnavailable", "MemoryContractError",
-        "MemoryOverflow", "MemoryUnavailable", "ModelError", "ProviderRejected",
+        "MemoryOverflow", "MemoryUnavailable", "MemoryVersionError", "ModelError",
+        "ProviderRejected",
         "ProviderUnavailable", "RingCorruptError", "ScopeViolation", "StateCorruptError",
         "StateError", "StoreError", "StoreLimitError", "UnsupportedSchemaVersionError",
         "BudgetExceededError", "QuotaExhaustedError", "RateLimitedError",

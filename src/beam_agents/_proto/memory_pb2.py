@@ -14,17 +14,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62\x65\x61m_agents/v1/memory.proto\x12\x0e\x62\x65\x61m_agents.v1\"j\n\x0bMemoryEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x16\n\x0elast_access_ms\x18\x03 \x01(\x03\x12\'\n\x04kind\x18\x04 \x01(\x0e\x32\x19.beam_agents.v1.EntryKind\"s\n\nMemoryBlob\x12\x1c\n\x14state_schema_version\x18\x01 \x01(\r\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.beam_agents.v1.MemoryEntry\x12\x19\n\x11total_value_bytes\x18\x03 \x01(\x04*7\n\tEntryKind\x12\x15\n\x11\x45NTRY_KIND_SCALAR\x10\x00\x12\x13\n\x0f\x45NTRY_KIND_RING\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62\x65\x61m_agents/v1/memory.proto\x12\x0e\x62\x65\x61m_agents.v1\"j\n\x0bMemoryEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x16\n\x0elast_access_ms\x18\x03 \x01(\x03\x12\'\n\x04kind\x18\x04 \x01(\x0e\x32\x19.beam_agents.v1.EntryKind\"\x8b\x01\n\nMemoryBlob\x12\x1c\n\x14state_schema_version\x18\x01 \x01(\r\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.beam_agents.v1.MemoryEntry\x12\x19\n\x11total_value_bytes\x18\x03 \x01(\x04\x12\x16\n\x0ememory_version\x18\x04 \x01(\r*7\n\tEntryKind\x12\x15\n\x11\x45NTRY_KIND_SCALAR\x10\x00\x12\x13\n\x0f\x45NTRY_KIND_RING\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._proto.memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYKIND']._serialized_start=272
-  _globals['_ENTRYKIND']._serialized_end=327
+  _globals['_ENTRYKIND']._serialized_start=297
+  _globals['_ENTRYKIND']._serialized_end=352
   _globals['_MEMORYENTRY']._serialized_start=47
   _globals['_MEMORYENTRY']._serialized_end=153
-  _globals['_MEMORYBLOB']._serialized_start=155
-  _globals['_MEMORYBLOB']._serialized_end=270
+  _globals['_MEMORYBLOB']._serialized_start=156
+  _globals['_MEMORYBLOB']._serialized_end=295
 # @@protoc_insertion_point(module_scope)

@@ -26,11 +26,13 @@ class MemoryEntry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ..., last_access_ms: _Optional[int] = ..., kind: _Optional[_Union[EntryKind, str]] = ...) -> None: ...
 
 class MemoryBlob(_message.Message):
-    __slots__ = ("state_schema_version", "entries", "total_value_bytes")
+    __slots__ = ("state_schema_version", "entries", "total_value_bytes", "memory_version")
     STATE_SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_VALUE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_VERSION_FIELD_NUMBER: _ClassVar[int]
     state_schema_version: int
     entries: _containers.RepeatedCompositeFieldContainer[MemoryEntry]
     total_value_bytes: int
-    def __init__(self, state_schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[MemoryEntry, _Mapping]]] = ..., total_value_bytes: _Optional[int] = ...) -> None: ...
+    memory_version: int
+    def __init__(self, state_schema_version: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[MemoryEntry, _Mapping]]] = ..., total_value_bytes: _Optional[int] = ..., memory_version: _Optional[int] = ...) -> None: ...

@@ -47,9 +47,9 @@ from beam_agents.memory._wire import (
     BLOB_HEADER,
     LoadedEntry,
     NotCanonicalError,
+    closing_fields,
     entry_parts,
     scan_canonical,
-    total_field,
 )
 
 __all__ = [
@@ -106,11 +106,13 @@ class LoadedBlob:
             mutates this dict from here on.
         source: The loaded bytes when the fast path indexed them, else empty.
         size_bytes: The exact sum of the entries' value sizes.
+        memory_version: The agent's memory version that wrote the blob (0: none).
     """
 
     entries: Entries
     source: bytes = b""
     size_bytes: int = 0
+    memory_version: int = 0
 
 
 def load_blob(blob: MemoryBlob | bytes | bytearray | memoryview | None) -> LoadedBlob:
@@ -131,11 +133,12 @@ def load_blob(blob: MemoryBlob | bytes | bytearray | memoryview | None) -> Loade
         return LoadedBlob(entries={})
     data = bytes(blob)
     try:
-        loaded, size = scan_canonical(data)
+        loaded, size, version = scan_canonical(data)
     except (NotCanonicalError, IndexError, UnicodeDecodeError):
         pass  # not canonical, or corrupt: the parser below decides which
     else:
-        return LoadedBlob(entries=cast("Entries", loaded), source=data, size_bytes=size)
+        return LoadedBlob(entries=cast("Entries", loaded), source=data, size_bytes=size,
+                          memory_version=version)
     try:
         parsed = MemoryBlob.FromString(data)
     except DecodeError as exc:
@@ -175,7 +178,7 @@ def _load_parsed(blob: MemoryBlob) -> LoadedBlob:
             f"hold {total} bytes",
             cell="memory",
         )
-    return LoadedBlob(entries=entries, size_bytes=total)
+    return LoadedBlob(entries=entries, size_bytes=total, memory_version=blob.memory_version)
 
 
 def value_of(entry: Entry, source: bytes) -> bytes:
@@ -195,7 +198,8 @@ def encoding_of(entry: Entry, source: bytes) -> tuple[bytes, int, int]:
     return source, entry.vstart, entry.vstart + entry.size
 
 
-def encode_entries(entries: Entries, source: bytes, size_bytes: int) -> bytes:
+def encode_entries(entries: Entries, source: bytes, size_bytes: int,
+                   memory_version: int = 0) -> bytes:
     """Serialize the entries as a MemoryBlob, deterministically, in their order.
 
     Byte-identical to ``SerializeToString(deterministic=True)`` of the same
@@ -224,5 +228,5 @@ def encode_entries(entries: Entries, source: bytes, size_bytes: int) -> bytes:
         run_end = end
     if run_end >= 0:
         parts.append(view[run_start:run_end])
-    parts.append(total_field(size_bytes))
+    parts.append(closing_fields(size_bytes, memory_version))
     return b"".join(parts)

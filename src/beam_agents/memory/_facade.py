@@ -119,6 +119,7 @@ class Memory:
         "_now_ms",
         "_size",
         "_source",
+        "_version",
         "_warned",
     )
 
@@ -144,6 +145,7 @@ class Memory:
         self._entries: Entries = loaded.entries
         self._source = loaded.source  # the loaded bytes that unchanged entries are sliced from
         self._size = loaded.size_bytes
+        self._version = loaded.memory_version
 
     # -- read-only views -----------------------------------------------------------
 
@@ -156,6 +158,24 @@ class Memory:
     def size_bytes(self) -> int:
         """Exact sum of stored value sizes, ring encoding included (M10)."""
         return self._size
+
+    @property
+    def version(self) -> int:
+        """The agent's `memory_version` this memory is in: the blob's, or what `set_version` set."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        """Mark the memory as `version`'s, written with it at commit; the runtime calls it.
+
+        Raises:
+            ValueError: `version` is not a uint32.
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or not (
+                0 <= version < 1 << 32):
+            raise ValueError(f"memory_version must be an int in [0, 2**32), got {version!r}")
+        if version != self._version:
+            self._version = version
+            self._dirty = True
 
     @property
     def dirty(self) -> bool:
@@ -310,7 +330,7 @@ class Memory:
         same entries; unchanged entries are copied from the loaded bytes rather
         than re-encoded (see `_blob`).
         """
-        return encode_entries(self._entries, self._source, self._size)
+        return encode_entries(self._entries, self._source, self._size, self._version)
 
     # -- internals ---------------------------------------------------------------------
 

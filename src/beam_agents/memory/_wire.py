@@ -30,9 +30,9 @@ __all__ = [
     "BLOB_HEADER",
     "LoadedEntry",
     "NotCanonicalError",
+    "closing_fields",
     "entry_parts",
     "scan_canonical",
-    "total_field",
 ]
 
 #: An entry as `scan_canonical` found it: ``(kind, size, start, end, vstart)``,
@@ -50,6 +50,7 @@ class NotCanonicalError(Exception):
 BLOB_HEADER = b"\x08\x01"
 _MAX_LENGTH_BYTES = 5  # a length prefix of up to 2**35 - 1
 _MAX_STAMP_BYTES = 9  # a non-negative int64
+_MAX_VERSION_BYTES = 5  # a uint32
 _RING_KIND_FIELD = bytes([0x20, ENTRY_KIND_RING])
 # A canonical stamp varint: continuation bytes, then a non-zero final byte
 # (a zero stamp is omitted, and a zero final byte would be padding).
@@ -72,8 +73,10 @@ def _read_varint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
     return value, following
 
 
-def scan_canonical(data: bytes) -> tuple[dict[str, LoadedEntry], int]:  # noqa: PLR0915
-    """Index canonical MemoryBlob bytes without copying any value; returns entries and total.
+def scan_canonical(data: bytes) -> tuple[dict[str, LoadedEntry], int, int]:  # noqa: PLR0915
+    """Index canonical MemoryBlob bytes without copying any value.
+
+    Returns the entries, their total size and the blob's ``memory_version``.
 
     Entries come back in blob order (least-recently-used first). Keys are
     decoded as strict UTF-8, as the parser decodes them.
@@ -147,16 +150,18 @@ def scan_canonical(data: bytes) -> tuple[dict[str, LoadedEntry], int]:  # noqa: 
             raise NotCanonicalError
         entries[key] = (kind, size, start, body_end, vstart)
         total += size
-    recorded = 0
-    if pos < end:
-        if data[pos] != 0x18:
-            raise NotCanonicalError
+    recorded = version = 0
+    if pos < end and data[pos] == 0x18:
         recorded, pos = read(data, pos + 1, _MAX_STAMP_BYTES)
-        if not recorded or pos != end:
+        if not recorded:
             raise NotCanonicalError
-    if recorded != total:
+    if pos < end and data[pos] == 0x20:
+        version, pos = read(data, pos + 1, _MAX_VERSION_BYTES)
+        if not version or version >= 1 << 32:
+            raise NotCanonicalError
+    if pos != end or recorded != total:
         raise NotCanonicalError  # the general path reports the disagreement
-    return entries, total
+    return entries, total, version
 
 
 def entry_parts(key: str, value: bytes, stamp: int, kind: int) -> list[bytes]:
@@ -184,9 +189,10 @@ def entry_parts(key: str, value: bytes, stamp: int, kind: int) -> list[bytes]:
     return parts
 
 
-def total_field(total: int) -> bytes:
-    """The blob's closing total_value_bytes field; nothing when the total is 0."""
-    return b"\x18" + encode_varint(total) if total else b""
+def closing_fields(total: int, memory_version: int) -> bytes:
+    """The blob's total_value_bytes and memory_version fields; each omitted when 0."""
+    return ((b"\x18" + encode_varint(total) if total else b"")
+            + (b"\x20" + encode_varint(memory_version) if memory_version else b""))
 
 
 @functools.lru_cache(maxsize=256)

@@ -56,6 +56,7 @@ from beam_agents.model import (
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext
 from beam_agents.runtime._errors import error_record, stage_of
+from beam_agents.runtime._versions import MemoryVersioning
 
 __all__ = ["ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome"]
 
@@ -141,6 +142,7 @@ class ActivationRuntime:
                  metrics: MetricsSink | None = None) -> None:
         self._config = config
         self._agent = agent
+        self._versions = MemoryVersioning.of(agent, config.agent)
         self._is_async = inspect.iscoroutinefunction(self._agent) or (
             not inspect.isfunction(self._agent)
             and inspect.iscoroutinefunction(type(self._agent).__call__))
@@ -264,6 +266,7 @@ class ActivationRuntime:
                          if self._journal is not None else None)
             memory = Memory(state.memory, now_ms=now_ms, compactor=self._config.compactor,
                             metrics=self._metrics, longterm=handle)
+            await self._versions.upgrade(memory, self._metrics)
             cache = ReplayCache(state.llm_cache, now_ms=now_ms)
             if self._config.max_tokens_per_entity is not None:
                 budget = TokenBudget(state.budget, entity_key=event.entity_key, now_ms=now_ms,

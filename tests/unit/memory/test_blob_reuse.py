@@ -36,11 +36,12 @@ def canonical(blob: MemoryBlob) -> bytes:
     return blob.SerializeToString(deterministic=True)
 
 
-def staged(operations: list, now_ms: int = NOW - 5) -> bytes:
+def staged(operations: list, now_ms: int = NOW - 5, version: int = 0) -> bytes:
     memory = Memory(now_ms=now_ms)
     for op, key, value, max_items in operations:
         with contextlib.suppress(TypeError):
             run(memory, op, key, value, max_items)
+    memory.set_version(version)
     return memory.to_bytes()
 
 
@@ -155,7 +156,7 @@ def test_corrupt_bytes_are_still_reported_when_loaded(
 def test_the_fast_path_accepts_only_what_protobuf_reads_identically(
         operations: list, data: st.DataObject) -> None:
     """A damaged canonical blob is either indexed exactly as the parser reads it, or refused."""
-    original = staged(operations)
+    original = staged(operations, version=data.draw(st.sampled_from([0, 1, 300, 2**32 - 1])))
     mutation = data.draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
     position = data.draw(st.integers(0, len(original) - 1))
     byte = data.draw(st.integers(0, 255))
@@ -166,13 +167,13 @@ def test_the_fast_path_accepts_only_what_protobuf_reads_identically(
         "truncate": original[:position],
     }[mutation]
     try:
-        entries, total = scan_canonical(damaged)
+        entries, total, version = scan_canonical(damaged)
     except (NotCanonicalError, IndexError, UnicodeDecodeError):
         return
     parsed = MemoryBlob.FromString(damaged)  # must not raise: the scan accepted it
     assert canonical(parsed) == damaged
     assert list(entries) == [e.key for e in parsed.entries]
-    assert total == parsed.total_value_bytes
+    assert (total, version) == (parsed.total_value_bytes, parsed.memory_version)
     for e in parsed.entries:
         kind, size = entries[e.key][:2]  # type: ignore[index]
         assert (kind, size) == (e.kind, len(e.value))

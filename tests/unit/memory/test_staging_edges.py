@@ -211,7 +211,7 @@ def test_every_canonical_blob_is_indexed_by_the_fast_path(
         blob.entries.add(key=key, value=value, last_access_ms=stamp, kind=kind)  # type: ignore[arg-type]
     data = blob.SerializeToString(deterministic=True)
 
-    index, total = scan_canonical(data)
+    index, total, _ = scan_canonical(data)
 
     assert list(index) == [key for key, _, _, _ in items]
     assert total == blob.total_value_bytes
