@@ -62,10 +62,9 @@ QUEUE_CELLS = ("queue", "dequeued", "queue_meta", "attempt", "retry_at_ms")
 
 @dataclass(frozen=True, slots=True)
 class KeyCells:
-    """All of one key's keyed state: the four activation cells and the queue's five.
+    """One key's keyed state: the four activation cells and the queue's five.
 
-    ``attempt`` counts the attempts made on the queue's head (unset: none),
-    and ``retry_at_ms`` is the processing time before which it must not run.
+    ``attempt``: attempts made on the head; ``retry_at_ms``: when it may run again.
     """
 
     state: StateCells
@@ -344,7 +343,7 @@ class KeyedEngine:
             lines.extend(step.lines)
             after = self.next(key, cells, clock_ms())
             if after.action == "no_slot":
-                self._scheduler.wait_for_change(POLL_MS / 1000)
+                self._scheduler.wait_for_slot(POLL_MS / 1000)
                 continue
             if after.action == "retry":
                 rest = self.drain(key, cells, clock_ms=clock_ms)
@@ -370,7 +369,7 @@ class KeyedEngine:
                     after.action == "running" and self.queue_length(key, cells) <= max_ahead):
                 break
             if after.action == "no_slot":
-                self._scheduler.wait_for_change(POLL_MS / 1000)
+                self._scheduler.wait_for_slot(POLL_MS / 1000)
             step = self.pump(key, cells, clock_ms(), wait_s=POLL_MS / 1000)
             lines.extend(step.lines)
         return Step(tuple(lines), step.wake_at_ms)
@@ -444,6 +443,8 @@ class KeyedEngine:
     def _dequeue(self, key: Hashable, cells: KeyCells, event: bytes) -> None:
         """Drop one copy of `event` from the queue and reset the head's retry state."""
         self._queue.remove(key, cells.queued, event)
-        cells.attempt.write(0)
-        cells.retry_at_ms.write(0)
+        if cells.attempt.read():  # only what a retry set: on Flink a write is a state request
+            cells.attempt.write(0)
+        if cells.retry_at_ms.read():
+            cells.retry_at_ms.write(0)
         self._metrics.inc(NAMESPACE, "queued", -1)

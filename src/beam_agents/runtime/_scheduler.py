@@ -179,6 +179,16 @@ class Scheduler:
             del self._by_key[key]
         return running, outcome
 
+    def wait_for_slot(self, timeout_s: float) -> None:
+        """Block until a slot is free, or `timeout_s` passes; at once if one is.
+
+        The check and the wait hold the lock the finishing activation takes
+        to notify, so a slot freed between a host's `has_slot` and this call
+        is not waited out.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: self._running_now() < self._max, timeout_s)
+
     def wait_for_change(self, timeout_s: float) -> None:
         """Block until an activation finishes, or `timeout_s` passes."""
         with self._changed:

@@ -257,6 +257,8 @@ def test_try_start_refuses_when_every_slot_is_taken() -> None:
         assert not scheduler.has_slot()
         assert not scheduler.try_start("c", state, event("c", 1), attempt=1)
         assert scheduler.running("c") is None and scheduler.busy == 2
+        scheduler.wait_for_slot(30)  # a finished activation frees its slot before its take
+        assert scheduler.has_slot()
         assert scheduler.take("a", wait_s=30) is not None
         assert scheduler.try_start("c", state, event("c", 1), attempt=1)
         assert scheduler.peak_in_flight == 2
