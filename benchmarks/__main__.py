@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: run B1-B9, print a table, write ``latest.json`` and the figures.
+"""``python -m benchmarks``: run B1-B11, print a table, write ``latest.json`` and the figures.
 
 Usage::
 
@@ -32,7 +32,7 @@ __all__ = ["PINNED_MALLOC", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-ORDER = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
+ORDER = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11")
 
 #: glibc tunables that turn off its adaptive mmap/trim thresholds: blocks up to
 #: 64 MiB come from the heap and the heap is not trimmed below 128 MiB.
@@ -116,6 +116,16 @@ def _figure(name: str, result: dict[str, Any]) -> str:
         return ", ".join(f"{key} {case['share']:.2f} of Q, "
                          f"{100 * case['rate_429_after_warm_up']:.2f} % 429s"
                          for key, case in result["cases"].items())
+    if name == "B10":
+        cli = result["beam_agents_run"]
+        return (f"hot {cli['hot_ms_per_event']['median']:.2f} vs spread "
+                f"{cli['spread_ms_per_event']['median']:.2f} ms/event; one key: "
+                + ", ".join(f"{int(size):,} {value['median']:.2f}"
+                            for size, value in cli["one_key_ms_per_event"].items()))
+    if name == "B11":
+        return (f"{result['wall_s'] - result['start_up_s']:.0f} s vs ideal "
+                f"{result['ideal_s']:.0f} s (hottest key {result['hottest_key_events']:,} "
+                "events)")
     paths = [f"{name} " + (f"{path['events_per_s']['median']:.0f} ev/s "
                            f"({path['ratio_to_serial']['median']:.1f}x)"
                            if isinstance(path, dict) else "not measured")
@@ -140,7 +150,9 @@ def _table(results: dict[str, dict[str, Any]]) -> str:
                                                  "B6": f">= {target}x",
                                                  "B7": f"<= {target} % of 200 ms",
                                                  "B8": f"<= {target} paid/commit",
-                                                 "B9": f">= {target} of Q, <= 1 % 429s"}.get(
+                                                 "B9": f">= {target} of Q, <= 1 % 429s",
+                                                 "B10": f"<= {target}x spread",
+                                                 "B11": f"<= {target}x ideal"}.get(
                                                      name, f"<= {target}x"),
                      "-" if met is None else ("yes" if met else "NO"),
                      _figure(name, result)))

@@ -30,6 +30,8 @@ MODULES = {
     "B7": "benchmarks.b7_journal",
     "B8": "benchmarks.b8_paid_calls",
     "B9": "benchmarks.b9_quota",
+    "B10": "benchmarks.b10_hot_key",
+    "B11": "benchmarks.b11_zipf",
 }
 
 

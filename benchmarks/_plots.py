@@ -185,6 +185,32 @@ def _b9(result: Mapping[str, Any], ax: Axes) -> None:
     ax.set_title("B9 quota utilisation, learned from 429s (no static limit)")
 
 
+def _b10(result: Mapping[str, Any], ax: Axes) -> None:
+    sizes = result["beam_agents_run"]["one_key_ms_per_event"]
+    xs = [int(size) for size in sizes]
+    ax.plot(xs, [value["median"] for value in sizes.values()], "o-", color="#1f77b4",
+            label="one key, beam-agents run")
+    ax.axhline(result["beam_agents_run"]["spread_ms_per_event"]["median"], color="#888888",
+               ls="--", label="spread load (100 events per key)")
+    ax.set_xscale("log")
+    ax.set_xlabel("events on the key")
+    ax.set_ylabel("ms per event (start-up removed)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"B10 hot key: {result['ratio']}x the spread load per event")
+
+
+def _b11(result: Mapping[str, Any], ax: Axes) -> None:
+    labels = ["slots bound", "hottest-key bound", "measured"]
+    values = [result["bounds_s"]["slots"], result["bounds_s"]["hottest_key"],
+              result["wall_s"] - result["start_up_s"]]
+    bars = ax.bar(labels, values, color=["#cccccc", "#888888", "#1f77b4"])
+    ax.bar_label(bars, fmt="%.0f s", fontsize=8)
+    ax.set_ylabel("seconds")
+    ax.set_title(f"B11 Zipf {result['keys']:,} keys x {result['events']:,} events: "
+                 f"{result['ratio']}x the ideal")
+
+
 def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
     """Draw a figure for every benchmark present in `results`; returns the files written."""
     written = []
@@ -197,7 +223,7 @@ def draw_all(results: Mapping[str, Mapping[str, Any]], out: Path) -> list[Path]:
         else:
             fig, ax = plt.subplots(figsize=(8, 4.2))
             draw = {"B1": _b1, "B2": _b2, "B4": _b4, "B5": _b5, "B7": _b7, "B8": _b8,
-                    "B9": _b9}[name]
+                    "B9": _b9, "B10": _b10, "B11": _b11}[name]
             draw(results[name], ax)
         fig.tight_layout()
         path = out / filename

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(420)
 
-TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9")
+TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9", "B10", "B11")
 B6_PATH_FIELDS = ("events_per_s", "ratio_to_serial", "ratio_to_ideal", "cpu_ms_per_event",
                   "cpu_cores_busy")
 B7_BACKEND_STATS = ("journaled_ms", "unjournaled_ms", "ratio_journaled_to_unjournaled",
@@ -33,12 +33,12 @@ def _is_stat(value: object) -> bool:
 
 def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280, check=False)
+                          cwd=ROOT, capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
     document = json.loads((tmp_path / "latest.json").read_text())
     assert document["environment"]["quick"] is True
-    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9"):
+    for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11"):
         result = document[name]
         assert result["name"] and result["note"], name
         assert isinstance(result["ratio"], int | float), name
@@ -85,8 +85,16 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
                 "paid_per_committed")), (case, side, counts)
         # A count, not a timing: with the journal no call is paid twice.
         assert b8[case]["journal_on"]["paid_per_committed"] == 1.0, case
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+    b10 = document["B10"]["beam_agents_run"]
+    assert all(_is_stat(b10[field]) for field in (
+        "hot_ms_per_event", "spread_ms_per_event", "ratio_hot_to_spread")), b10
+    assert all(_is_stat(value) for value in b10["one_key_ms_per_event"].values()), b10
+    assert len(b10["one_key_ms_per_event"]) >= 2, b10
+    b11 = document["B11"]
+    assert b11["ideal_s"] == max(b11["bounds_s"].values()), b11
+    assert b11["hottest_key_events"] < b11["events"], b11
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted([
         "b1_activation.png", "b2_pipeline.png", "b3_scaling.png", "b4_soak.png",
         "b5_cache_key.png", "b6_latency.png", "b7_journal.png", "b8_paid_calls.png",
-        "b9_quota.png"]
+        "b9_quota.png", "b10_hot_key.png", "b11_zipf.png"])
     assert "B1" in done.stdout and "met" in done.stdout  # the table was printed

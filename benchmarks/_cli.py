@@ -1,0 +1,59 @@
+"""``beam-agents run`` as a user runs it: a JSON-lines file in, a child process, wall time out.
+
+B10 and B11 measure the command itself, start-up included, so each run is a
+fresh interpreter on a fresh scratch directory, and every event must come
+out as an intent: a run that dead-letters anything measured something else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["event_line", "run_cli"]
+
+ROOT = Path(__file__).resolve().parents[1]
+_TIMEOUT_S = 3_600
+
+
+def event_line(key: str, number: int, *, time_ms: int) -> bytes:
+    """One input line: `key`'s event number `number` at `time_ms`."""
+    return json.dumps({"entity_key": key, "event_id": f"e{number:07d}", "event_time_ms": time_ms,
+                       "payload": {"text": f"question {number}"}}).encode()
+
+
+def run_cli(lines: Sequence[bytes], flags: Sequence[str]) -> float:
+    """Wall seconds of ``beam-agents run`` over `lines` with `flags`.
+
+    Raises:
+        RuntimeError: the run failed, or did not commit one intent per line.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as scratch:
+        work = Path(scratch)
+        source = work / "events.jsonl"
+        source.write_bytes(b"".join(line + b"\n" for line in lines))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        command = [sys.executable, "-m", "beam_agents", "run", "--input_files", str(source),
+                   "--output_path", str(work / "intents.jsonl"),
+                   "--errors_path", str(work / "errors.jsonl"), *flags]
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=_TIMEOUT_S, check=False)
+        wall_s = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(f"beam-agents run exited {done.returncode}: "
+                               f"{done.stderr[-2000:]}")
+        intents = sum(len(path.read_bytes().splitlines())
+                      for path in work.glob("intents.jsonl*"))
+        errors = sum(len(path.read_bytes().splitlines()) for path in work.glob("errors.jsonl*"))
+        if errors or intents != len(lines):
+            raise RuntimeError(f"beam-agents run gave {intents} intents and {errors} dead "
+                               f"letters for {len(lines)} events")
+        return wall_s
