@@ -81,6 +81,7 @@ def _flink_runner(lines: list[bytes]) -> float:
 
 def run(profile: Profile) -> dict[str, Any]:
     """Measure B10; see the module docstring."""
+    ladder: tuple[int, ...]
     if profile.quick:
         hot, ladder, reps = 400, (200,), 1
     else:
