@@ -64,7 +64,7 @@ class _List(_Value):
 
 
 class _Group:
-    """A metric group that accepts counters and gauges and keeps nothing."""
+    """A metric group that accepts counters, gauges and distributions and keeps nothing."""
 
     def add_group(self, name: str) -> _Group:
         return self
@@ -75,7 +75,13 @@ class _Group:
     def gauge(self, name: str, read: Any) -> None:
         pass
 
+    def distribution(self, name: str) -> _Group:
+        return self
+
     def inc(self, value: int = 1) -> None:
+        pass
+
+    def update(self, value: int) -> None:
         pass
 
 
