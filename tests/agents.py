@@ -240,3 +240,24 @@ def profile_v1_declared(ctx: AgentContext) -> None:
 
 profile_v1_declared.memory_version = 1  # type: ignore[attr-defined]
 profile_v1_declared.migrate = _profile_migrate  # type: ignore[attr-defined]
+
+
+def _answer(ctx: AgentContext, system: str) -> str:
+    return ctx.model.complete([{"role": "system", "content": system},
+                               {"role": "user", "content": ctx.payload.decode()}]).text
+
+
+def replay_v1(ctx: AgentContext) -> None:
+    """The deployed agent of the replay tests: one model call per event."""
+    ctx.emit("reply", {"text": _answer(ctx, "You are brief.")})
+
+
+def replay_new_prompt(ctx: AgentContext) -> None:
+    """`replay_v1` with a new system prompt for keys ending in 1: those requests change."""
+    prompt = "You are brief and kind." if ctx.entity_key.endswith(b"1") else "You are brief."
+    ctx.emit("reply", {"text": _answer(ctx, prompt)})
+
+
+def replay_new_intent(ctx: AgentContext) -> None:
+    """`replay_v1` asking the same, emitting one more field: its intents differ."""
+    ctx.emit("reply", {"text": _answer(ctx, "You are brief."), "v": 2})

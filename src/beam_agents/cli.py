@@ -198,6 +198,13 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
+def _replay(argv: list[str]) -> int:
+    from beam_agents import replay  # noqa: PLC0415
+
+    sys.path.insert(0, os.getcwd())  # agents in the working tree, like `python -m`
+    return replay.main(argv)
+
+
 def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
     from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
 
@@ -270,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="run the agent pipeline (see: beam-agents run --help)",
                         add_help=False)
+    commands.add_parser("replay", help="check an agent against recorded events and their call "
+                        "journal, paying nothing (see: beam-agents replay --help)",
+                        add_help=False)
     errors = commands.add_parser("errors", help="read or redrive dead letters")
     actions = errors.add_subparsers(dest="action", required=True)
     show = actions.add_parser("show", help="render a dead-letter JSONL file for a person")
@@ -287,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "what would be redriven; publish and acknowledge nothing")
     if args[:1] == ["run"]:
         return _guarded(lambda: _run(args[1:]), debug=debug)
+    if args[:1] == ["replay"]:
+        return _guarded(lambda: _replay(args[1:]), debug=debug)
     parsed = parser.parse_args(args)
     if parsed.action == "show":
         return _guarded(lambda: _show(parsed.file), debug=debug)
