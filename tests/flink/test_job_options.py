@@ -8,6 +8,7 @@ import pytest
 
 from beam_agents.errors import ConfigError
 from beam_agents.flink import FlinkJobOptions, FlinkMetrics, flink_settings, job_parser, parse_args
+from beam_agents.flink._job import AUTO_BUNDLE_SIZE
 
 IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
       "--errors_path", "out/errors"]
@@ -35,8 +36,10 @@ def test_every_flag_default_and_its_help_come_from_the_options_dataclass() -> No
     assert {name: parser.get_default(name) for name in defaults} == defaults
     helps = {action.dest: action.help or "" for action in parser._actions}
     for name in ("checkpointing_interval_ms", "restart_attempts", "restart_delay_ms",
-                 "bundle_size", "bundle_time_ms"):
+                 "bundle_time_ms"):
         assert f"(default {defaults[name]})" in helps[name], name
+    assert all(f"{size} in {order} order" in helps["bundle_size"]
+               for order, size in AUTO_BUNDLE_SIZE.items())
     assert "(default on)" in helps["unaligned_checkpoints"]
     assert "(default off" in helps["python_managed_memory"]
     assert helps["event_order"].startswith("event_time (default): ")
@@ -107,3 +110,13 @@ def test_metrics_reach_the_group_only_when_flushed() -> None:
     metrics.flush()
     metrics.flush()
     assert group.counts == {("beam_agents.memory", "soft_cap_warnings"): 3}
+
+
+@pytest.mark.parametrize(("order", "flag", "size"), [
+    ("event_time", None, 1_000), ("arrival", None, 16), ("event_time", 4, 4), ("arrival", 4, 4)])
+def test_the_bundle_size_follows_the_event_order_unless_given(
+        order: str, flag: int | None, size: int) -> None:
+    """Event time queues elements and runs rounds no checkpoint interrupts: large bundles."""
+    options = FlinkJobOptions(input_files=("a",), output_path="o", errors_path="e",
+                              event_order=order, bundle_size=flag)  # type: ignore[arg-type]
+    assert flink_settings(options)["python.fn-execution.bundle.size"] == str(size)

@@ -112,9 +112,10 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         refused = engine.enqueue(key, self._cells, bytes(value[1]))
         # One round per queued position, set with the event: PyFlink fires a
         # timer set while the final watermark fires only if a bundle is still open.
-        timers.register_event_time_timer(
-            FIRST_ROUND_MS + engine.queue_length(key, self._cells) - 1)
-        timers.register_event_time_timer(END_OF_INPUT_MS)
+        position = engine.queue_length(key, self._cells) - 1
+        timers.register_event_time_timer(FIRST_ROUND_MS + position)
+        if position == 0:  # one drain per key; a timer outlives the queue that set it
+            timers.register_event_time_timer(END_OF_INPUT_MS)
         lines = () if refused is None else (refused,)
         if self._event_order == "event_time":
             step = Step(lines, None)
@@ -137,8 +138,8 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             step = engine.pump(key, self._cells, timers.current_processing_time())
         elif timestamp >= END_OF_INPUT_MS:
             step = engine.drain(key, self._cells, clock_ms=wall_ms)
-        else:
-            step = engine.settle(key, self._cells, clock_ms=wall_ms)
+        else:  # the next round's timer, set with the event, settles what this one starts
+            step = Step(engine.settle(key, self._cells, clock_ms=wall_ms).lines, None)
         yield from self._emit(step, timers)
 
     def close(self) -> None:

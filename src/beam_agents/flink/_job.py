@@ -71,10 +71,15 @@ class FlinkJobOptions:
             ``s3://``); None keeps Flink's configured default.
         restart_attempts: Fixed-delay restarts before the job fails.
         restart_delay_ms: Delay between restarts.
-        bundle_size: Elements handed to the Python worker per bundle. A
-            checkpoint barrier waits for the bundle in flight, and agent
-            activations are slow (model calls), so small bundles keep
-            checkpoints, and with them recovery points, frequent.
+        bundle_size: Elements handed to the Python worker per bundle; None
+            picks by `event_order` (`bundle_size_in_use`). In arrival order
+            a checkpoint barrier waits for the bundle in flight, which holds
+            slow activations, so small bundles keep recovery points frequent.
+            In event-time order an element only queues, and the end of the
+            input runs in rounds no checkpoint can interrupt; there each
+            bundle's end writes every keyed state it touched with one
+            blocking request each, so large bundles write a key once for
+            several rounds.
         bundle_time_ms: Longest a bundle stays open before it is processed.
         python_managed_memory: Share one Python worker per slot, budgeted from
             managed memory (Flink's default). Off by default: in PyFlink 2.3,
@@ -101,7 +106,7 @@ class FlinkJobOptions:
     checkpoint_dir: str | None = None
     restart_attempts: int = 3
     restart_delay_ms: int = 10_000
-    bundle_size: int = 16
+    bundle_size: int | None = None
     bundle_time_ms: int = 1_000
     python_managed_memory: bool = False
     event_order: EventOrder = "event_time"
@@ -116,8 +121,11 @@ class FlinkJobOptions:
             if not getattr(self, name):
                 raise ConfigError(f"set --{name} so nothing is dropped", field=name)
         for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
-                          ("restart_delay_ms", 0), ("bundle_size", 1), ("bundle_time_ms", 1)):
+                          ("restart_delay_ms", 0), ("bundle_time_ms", 1)):
             require_int(getattr(self, name), name=f"--{name}", low=low, field=name, noun="")
+        if self.bundle_size is not None:
+            require_int(self.bundle_size, name="--bundle_size", low=1, field="bundle_size",
+                        noun="")
         if self.event_order not in ("event_time", "arrival"):
             raise ConfigError(f"--event_order must be event_time or arrival, got "
                               f"{self.event_order!r}", field="event_order")
@@ -186,13 +194,22 @@ def _file_sink(path: str, prefix: str) -> FileSink:
             .with_output_file_config(names).build())
 
 
+#: Bundle sizes `FlinkJobOptions.bundle_size` = None picks, by event order.
+AUTO_BUNDLE_SIZE = {"event_time": 1_000, "arrival": 16}
+
+
+def bundle_size_in_use(options: FlinkJobOptions) -> int:
+    """The bundle size the job runs with: the flag's, else `AUTO_BUNDLE_SIZE`'s."""
+    return options.bundle_size or AUTO_BUNDLE_SIZE[options.event_order]
+
+
 def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
     """The Flink configuration keys the options set: recovery, bundles and Python workers."""
     settings = {
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": str(options.restart_attempts),
         "restart-strategy.fixed-delay.delay": f"{options.restart_delay_ms} ms",
-        "python.fn-execution.bundle.size": str(options.bundle_size),
+        "python.fn-execution.bundle.size": str(bundle_size_in_use(options)),
         "python.fn-execution.bundle.time": str(options.bundle_time_ms),
         "python.fn-execution.memory.managed": str(options.python_managed_memory).lower(),
         # In event-time order a bounded input runs in the final watermark's
@@ -303,8 +320,10 @@ def job_parser() -> argparse.ArgumentParser:
          type=int)
     _add(flink, "restart_delay_ms", "Delay between restarts in ms (default {default}).",
          type=int)
-    _add(flink, "bundle_size", "Elements per Python bundle; checkpoints wait for the bundle "
-         "in flight (default {default}).", type=int)
+    _add(flink, "bundle_size", "Elements per Python bundle (default: "
+         f"{AUTO_BUNDLE_SIZE['event_time']} in event_time order, where elements only queue "
+         f"and each bundle end writes the state it touched; {AUTO_BUNDLE_SIZE['arrival']} "
+         "in arrival order, where checkpoints wait for the bundle in flight).", type=int)
     _add(flink, "bundle_time_ms", "Longest a Python bundle stays open, in ms "
          "(default {default}).", type=int)
     _add(flink, "python_managed_memory", "Share one Python worker per slot from managed "
