@@ -189,13 +189,14 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                  "for the runner to come round to its key. ")
     flink = paths.get("flink")
     if flink is not None:
-        text += (f"Flink: the rate is the job's in full flow ({flink['rate_from']}). There "
-                 "the operator holds each arriving event while its key has a running "
-                 "activation and another queued (the function's backpressure), so "
-                 "activations start in input order as the keys ahead finish. Its CPU per "
-                 "activation is the JVM's and the Python worker's together: keyed state "
-                 "and timers live in the JVM, so each activation's reads, writes and timers "
-                 "cross to the worker and back, and a checkpoint runs every second. ")
+        text += (f"Flink ({flink['rate_from']}): in event-time order, the default, the job "
+                 "queues each key's events in keyed state as the file is read and runs "
+                 "them when it ends, in rounds: every key's next event at once. Its CPU "
+                 "per activation is the JVM's and the Python worker's together: keyed "
+                 "state and timers live in the JVM, and at each bundle's end the worker "
+                 "writes every state the bundle touched with one blocking request, so "
+                 "bundles of 1,000 (the event-time default) write a key once for several "
+                 "rounds where bundles of 16 wrote it every round. ")
         gaps = flink["final_commit_gap_s"]
         if "large" in gaps:
             text += (f"When the bounded input ends, the last commit comes "
