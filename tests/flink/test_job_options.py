@@ -40,6 +40,7 @@ def test_every_flag_default_and_its_help_come_from_the_options_dataclass() -> No
         assert f"(default {defaults[name]})" in helps[name], name
     assert all(f"{size} in {order} order" in helps["bundle_size"]
                for order, size in AUTO_BUNDLE_SIZE.items())
+    assert "(default 128, " in helps["max_parallelism"]
     assert "(default on)" in helps["unaligned_checkpoints"]
     assert "(default off" in helps["python_managed_memory"]
     assert helps["event_order"].startswith("event_time (default): ")
@@ -54,11 +55,40 @@ def test_python_workers_are_not_shared_through_managed_memory_by_default() -> No
 
 @pytest.mark.parametrize(("flag", "value"), [
     ("--parallelism", "0"), ("--restart_attempts", "-1"), ("--bundle_size", "0"),
-    ("--checkpointing_interval_ms", "-5")])
+    ("--checkpointing_interval_ms", "-5"), ("--max_parallelism", "0"),
+    ("--max_parallelism", "32769")])
 def test_out_of_range_values_name_the_flag(flag: str, value: str) -> None:
     with pytest.raises(ConfigError, match=flag) as raised:
         parse_args([*IO, "--agent", "tests.agents:counter", flag, value])
     assert raised.value.field == flag.removeprefix("--")
+
+
+def test_max_parallelism_is_fixed_by_default_so_a_savepoint_can_be_rescaled() -> None:
+    """128 key groups unless set: what Flink gave a job first started at parallelism <= 85."""
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter"])
+    assert options.max_parallelism == 128
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter", "--parallelism", "4",
+                             "--max_parallelism", "720"])
+    assert (options.parallelism, options.max_parallelism) == (4, 720)
+
+
+@pytest.mark.parametrize(("low", "high"), [(1, 1), (32_768, 32_768), (1, 32_768)])
+def test_max_parallelism_takes_its_whole_range(low: int, high: int) -> None:
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter", "--parallelism", str(low),
+                             "--max_parallelism", str(high)])
+    assert options.max_parallelism == high
+
+
+@pytest.mark.parametrize(("parallelism", "max_parallelism"), [("3", "2"), ("129", None)])
+def test_max_parallelism_below_the_parallelism_names_the_flag(
+        parallelism: str, max_parallelism: str | None) -> None:
+    """The parallelism must fit in the key groups, the default ones included."""
+    argv = [*IO, "--agent", "tests.agents:counter", "--parallelism", parallelism]
+    if max_parallelism is not None:
+        argv += ["--max_parallelism", max_parallelism]
+    with pytest.raises(ConfigError, match="--max_parallelism must be >= --parallelism") as raised:
+        parse_args(argv)
+    assert raised.value.field == "max_parallelism"
 
 
 @pytest.mark.parametrize("missing", ["--input_files", "--output_path", "--errors_path"])

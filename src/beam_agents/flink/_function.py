@@ -15,7 +15,10 @@ calls the engine back for a finished activation or a retry; the final
 watermark fires the end-of-input rounds (`KeyedEngine.settle`), one per
 queued position, then a drain at `END_OF_INPUT_MS`. Checkpoints snapshot the
 queue with the key's state and timers, so a restore runs every unapplied
-event again with the same seq (invariants 8 and 9).
+event again with the same seq (invariants 8 and 9). A savepoint holds the
+same cells, all keyed state, so they move with their key to whichever
+subtask owns it after a restore at another parallelism; with a call journal,
+the calls that activations still in flight at the stop had paid replay.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ Exactly-once comes from Flink: checkpoints snapshot keyed state (each key's
 queue of events not yet applied among it) with its timers and the source
 position, the file sinks commit on checkpoints, and a restart strategy
 replays from the last checkpoint after a failure.
+
+Savepoints carry the same state from one deployment to the next: every
+operator has a fixed uid (`UIDS`), so a savepoint restores into a job whose
+graph around them changed, and the key groups (``--max_parallelism``) are
+fixed, so it restores at any parallelism up to that.
 """
 
 from __future__ import annotations
@@ -47,10 +52,29 @@ from beam_agents.runtime import (
     error_to_json,
 )
 
-__all__ = ["DecodeEvents", "FlinkJobOptions", "agent_stream", "build_job", "environment",
-           "flink_settings", "job_parser", "parse_args", "run"]
+__all__ = ["MAX_PARALLELISM_LIMIT", "UIDS", "DecodeEvents", "FlinkJobOptions", "agent_stream",
+           "build_job", "environment", "flink_settings", "job_parser", "parse_args", "run"]
 
 _KEYED_EVENT = Types.TUPLE([Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+
+#: The uid of each operator, by its role. A savepoint maps its state to
+#: operators by uid, and an operator without one gets an id derived from its
+#: place in the graph, which any change around it (an added step, other
+#: chaining) alters; so each is set here once and never changed. The sinks'
+#: committers derive theirs from the sink's.
+UIDS = {
+    "source": "read-jsonl",
+    "decode": "decode",
+    "key_by": "key-by-entity",
+    "activate": "activate",
+    "decode_errors": "decode-errors",
+    "activate_errors": "activate-errors",
+    "intents_sink": "write-intents",
+    "errors_sink": "write-errors",
+}
+
+#: Flink's upper bound on the maximum parallelism (the number of key groups).
+MAX_PARALLELISM_LIMIT = 32_768
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +117,17 @@ class FlinkJobOptions:
             line order gives the same intents; ``"arrival"``: as they arrive,
             for the lowest latency (see `AgentKeyedProcessFunction`).
         parallelism: Operator parallelism; None keeps Flink's default.
+        max_parallelism: The number of key groups keyed state is split into,
+            and so the highest parallelism the job, or a savepoint of it, can
+            be rescaled to; in [1, 32768] and at least `parallelism`. It is
+            fixed for the life of the job's state: a savepoint restores only
+            with the value it was taken with. Left to Flink, it would follow
+            the parallelism of the first start (128 up to parallelism 85, then
+            the next power of two above 1.5 times it) and cap every later
+            rescale. 128 is the value Flink gave any job first started at
+            parallelism 85 or less, so their savepoints restore unchanged, and
+            it leaves room to rescale between 1 and 128 subtasks; a job that
+            may need more sets it higher before its first start.
         python_executable: Interpreter for the Python workers; None keeps
             ``python.executable`` from the Flink configuration.
         job_name: Name shown in the Flink UI.
@@ -111,6 +146,7 @@ class FlinkJobOptions:
     python_managed_memory: bool = False
     event_order: EventOrder = "event_time"
     parallelism: int | None = None
+    max_parallelism: int = 128
     python_executable: str | None = None
     job_name: str = "beam-agents"
 
@@ -132,6 +168,12 @@ class FlinkJobOptions:
         if self.parallelism is not None:
             require_int(self.parallelism, name="--parallelism", low=1, field="parallelism",
                         noun="")
+        require_int(self.max_parallelism, name="--max_parallelism", low=1,
+                    high=MAX_PARALLELISM_LIMIT, field="max_parallelism", noun="")
+        if self.parallelism is not None and self.max_parallelism < self.parallelism:
+            raise ConfigError(f"--max_parallelism must be >= --parallelism "
+                              f"({self.parallelism}), got {self.max_parallelism}",
+                              field="max_parallelism")
 
 
 #: The file source decodes lines as ISO-8859-1, which maps each byte to one
@@ -235,6 +277,7 @@ def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
         env.enable_checkpointing(options.checkpointing_interval_ms)
     if options.parallelism is not None:
         env.set_parallelism(options.parallelism)
+    env.set_max_parallelism(options.max_parallelism)
     if options.python_executable:
         env.set_python_executable(options.python_executable)
     return env
@@ -248,15 +291,22 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     source in front and sinks behind (their connector jars go on
     ``pipeline.jars``), and the agent runs exactly as in `build_job`.
     `charset` is how the source decoded the lines' bytes (see `DecodeEvents`).
+    Its operators carry the uids of `UIDS`, so one job holds one agent stream.
     """
     decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
                                          charset=charset),
-                            output_type=_KEYED_EVENT).name("Decode")
-    activated = (decoded.key_by(_entity_of, key_type=Types.STRING())
-                 .process(AgentKeyedProcessFunction(config, event_order=event_order),
-                          output_type=Types.STRING())
-                 .name("Activate").uid("activate"))
-    return activated, decoded.get_side_output(ERRORS).union(activated.get_side_output(ERRORS))
+                            output_type=_KEYED_EVENT).name("Decode").uid(UIDS["decode"])
+    keyed = decoded.key_by(_entity_of, key_type=Types.STRING())
+    # PyFlink keys a stream with a Python operator of its own ahead of the
+    # partitioning, which its API does not expose: set its uid on the transformation.
+    keyed._j_data_stream.getTransformation().getInputs().get(0).setUid(UIDS["key_by"])
+    activated = (keyed.process(AgentKeyedProcessFunction(config, event_order=event_order),
+                               output_type=Types.STRING())
+                 .name("Activate").uid(UIDS["activate"]))
+    # A side output is read through an operator of its own too (PyFlink maps it
+    # to the tag's type); each gets a uid like every other operator.
+    return activated, decoded.get_side_output(ERRORS).uid(UIDS["decode_errors"]).union(
+        activated.get_side_output(ERRORS).uid(UIDS["activate_errors"]))
 
 
 def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
@@ -266,11 +316,16 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
         StreamFormat.text_line_format(FILE_CHARSET), *options.input_files).build()
     # No watermarks while reading; the finished file still emits the final one,
     # which fires the end-of-input rounds (see AgentKeyedProcessFunction).
-    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "ReadJsonl")
+    # The source's state is the input's splits and the position in each: with
+    # its uid, a restored job reads on from where the savepoint stopped.
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(),
+                            "ReadJsonl").uid(UIDS["source"])
     intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
                                    event_order=options.event_order)
-    intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents")
-    errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors")
+    intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
+        UIDS["intents_sink"])
+    errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors").uid(
+        UIDS["errors_sink"])
     return intents, errors
 
 
@@ -333,6 +388,11 @@ def job_parser() -> argparse.ArgumentParser:
                        f"{meaning}" for order, meaning in _EVENT_ORDERS.items())
     _add(flink, "event_order", f"{orders}.", choices=tuple(_EVENT_ORDERS))
     _add(flink, "parallelism", "Operator parallelism.", type=int)
+    _add(flink, "max_parallelism", "Key groups of keyed state: the highest parallelism the "
+         "job, or a savepoint of it, can be rescaled to. A savepoint restores only with the "
+         "value it was taken with (default {default}, what Flink gives a job first started at "
+         "parallelism 85 or less; left to Flink, it would follow the first parallelism and "
+         "cap every later rescale; at most 32768).", type=int)
     _add(flink, "python_executable", "Python for the workers (default: Flink's "
          "python.executable, or flink run -pyexec).")
     _add(flink, "job_name", "Name in the Flink UI.")
