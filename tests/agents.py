@@ -261,3 +261,60 @@ def replay_new_prompt(ctx: AgentContext) -> None:
 def replay_new_intent(ctx: AgentContext) -> None:
     """`replay_v1` asking the same, emitting one more field: its intents differ."""
     ctx.emit("reply", {"text": _answer(ctx, "You are brief."), "v": 2})
+
+
+#: The system prompt of `savepoint_v1`, which `savepoint_v2` still asks with.
+SAVEPOINT_PROMPT = "You are brief."
+#: The system prompt `savepoint_v2` adds: a request `savepoint_v1` never made.
+SAVEPOINT_NEW_PROMPT = "You are brief. Name the customer's mood."
+
+
+async def _ask_about(ctx: AgentContext, system: str) -> str:
+    reply = await ctx.model.acomplete([
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"{ctx.entity_key.decode()}: {ctx.payload.decode()}"}])
+    return reply.text
+
+
+async def _wait_at_gate(ctx: AgentContext) -> None:
+    """Hold the activation, its model call paid, while the event's ``gate`` file exists.
+
+    A test creates the file to have this activation in flight when it stops
+    the job, and ``<gate>.reached`` (holding the event id) tells it that the
+    call is paid; the stop cancels the wait. Without the file nothing waits.
+    """
+    import os  # noqa: PLC0415
+
+    gate = ctx.event.attributes.get("gate")
+    if not gate or not os.path.exists(gate):
+        return
+    with open(f"{gate}.reached", "w", encoding="utf-8") as reached:
+        reached.write(ctx.event.event_id)
+    while os.path.exists(gate):
+        await asyncio.sleep(0.02)
+
+
+async def savepoint_v1(ctx: AgentContext) -> None:
+    """The deployed agent of the savepoint tests: one model call per event, a count in memory."""
+    reply = await _ask_about(ctx, SAVEPOINT_PROMPT)
+    await _wait_at_gate(ctx)
+    count = int(ctx.memory.get("n") or b"0") + 1
+    ctx.memory.set("n", str(count).encode())
+    ctx.emit("answer", {"n": count, "seq": ctx.seq, "reply": reply})
+
+
+async def savepoint_v2(ctx: AgentContext) -> None:
+    """The upgrade of `savepoint_v1`: it counts on in v1's ``n``, keeps a new key, adds a prompt.
+
+    Its first call is v1's request unchanged, so for an event v1 had paid for
+    (in flight at the savepoint) it replays; its second, with a new system
+    prompt, is a new request, paid once.
+    """
+    count = int(ctx.memory.get("n") or b"0") + 1
+    ctx.memory.set("n", str(count).encode())
+    upgraded = int(ctx.memory.get("v2.events") or b"0") + 1
+    ctx.memory.set("v2.events", str(upgraded).encode())
+    reply = await _ask_about(ctx, SAVEPOINT_PROMPT)
+    mood = await _ask_about(ctx, SAVEPOINT_NEW_PROMPT)
+    ctx.emit("answer", {"n": count, "seq": ctx.seq, "reply": reply, "mood": mood,
+                        "v2_events": upgraded})
