@@ -41,6 +41,8 @@ JAVA_SIDE_FLAGS = frozenset({"--checkpointing_interval", "--shutdown_sources_aft
 # Flags of other programs the README names, with where they are defined.
 OTHER_PROGRAM_FLAGS = {
     "--python": "the flink CLI's `flink run --python`",
+    "--drain": "the flink CLI's `flink stop --drain`",
+    "--savepoint": "the flink CLI's `flink stop --savepointPath` (the pattern stops at the P)",
     "--service_port": "apache_beam.runners.worker.worker_pool_main",
     "--worker_pool": "Beam's SDK container boot program (apache/beam_python3.11_sdk)",
 }
