@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import ROOT, repo_env
+
 __all__ = ["PINNED_MALLOC", "main"]
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ORDER = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11")
 
@@ -40,11 +41,9 @@ PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD
 
 
 def _run_child(name: str, *, quick: bool, pinned: bool) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k not in PINNED_MALLOC}
+    env = repo_env({k: v for k, v in os.environ.items() if k not in PINNED_MALLOC})
     if pinned:
         env.update(PINNED_MALLOC)
-    # The repository root first, so `benchmarks` and its agents import from here.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "benchmarks._child", name, *(["--quick"] if quick else [])]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           check=False)

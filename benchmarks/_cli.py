@@ -8,7 +8,6 @@ out as an intent: a run that dead-letters anything measured something else.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -16,9 +15,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks._harness import ROOT, repo_env, write_events
+
 __all__ = ["event_line", "run_cli"]
 
-ROOT = Path(__file__).resolve().parents[1]
 _TIMEOUT_S = 3_600
 
 
@@ -36,15 +36,12 @@ def run_cli(lines: Sequence[bytes], flags: Sequence[str]) -> float:
     """
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as scratch:
         work = Path(scratch)
-        source = work / "events.jsonl"
-        source.write_bytes(b"".join(line + b"\n" for line in lines))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        source = write_events(work, lines)
         command = [sys.executable, "-m", "beam_agents", "run", "--input_files", str(source),
                    "--output_path", str(work / "intents.jsonl"),
                    "--errors_path", str(work / "errors.jsonl"), *flags]
         start = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+        done = subprocess.run(command, cwd=ROOT, env=repo_env(), capture_output=True, text=True,
                               timeout=_TIMEOUT_S, check=False)
         wall_s = time.perf_counter() - start
         if done.returncode != 0:

@@ -28,9 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks._harness import ROOT, repo_env, write_events
+
 __all__ = ["JobRun", "adopt_orphans", "run_job"]
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "flink" / "agent_job.py"
 _PR_SET_CHILD_SUBREAPER = 36
 _JOB_TIMEOUT_S = 600
@@ -112,10 +113,8 @@ def run_job(events: list[bytes], agent_flags: list[str], *, parallelism: int = 1
     """
     with tempfile.TemporaryDirectory(prefix="bench-flink-") as scratch:
         work = Path(scratch)
-        source = work / "events.jsonl"
-        source.write_bytes(b"".join(line + b"\n" for line in events))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        source = write_events(work, events)
+        env = repo_env()
         env["FLINK_LOG_DIR"] = str(work / "logs")
         command = [sys.executable, str(TEMPLATE), "--input_files", str(source),
                    "--output_path", str(work / "intents"), "--errors_path", str(work / "errors"),

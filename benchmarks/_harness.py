@@ -1,4 +1,4 @@
-"""Timing primitives shared by the benchmarks: interleaved runs, medians, ratios.
+"""Primitives shared by the benchmarks: interleaved runs, medians, ratios, child runs' inputs.
 
 Why interleave: on a two-core machine shared with other work, the speed of
 the machine drifts within seconds. Timing A for a while and then B for a
@@ -12,13 +12,33 @@ with its range.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Profile", "Stat", "interleaved", "ratios", "stat"]
+__all__ = ["ROOT", "Profile", "Stat", "interleaved", "ratios", "repo_env", "stat",
+           "write_events"]
+
+#: The repository root, which child runs import `benchmarks` and its agents from.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (the environment by default) with the repository root first on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def write_events(directory: Path, lines: Sequence[bytes]) -> Path:
+    """Write `lines` as ``directory/events.jsonl``, the input of a child run; returns the path."""
+    source = directory / "events.jsonl"
+    source.write_bytes(b"".join(line + b"\n" for line in lines))
+    return source
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
