@@ -45,6 +45,7 @@ from beam_agents.runtime import (
     KeyedState,
     decode_input,
     intent_to_json,
+    queue_order,
     read_lines,
 )
 
@@ -128,8 +129,8 @@ class Report:
 
 def _events(patterns: Sequence[str], max_bytes: int, report: Report
             ) -> dict[bytes, list[AgentEvent]]:
-    """Every decodable event of the files, grouped by key, in run order (invariant 10)."""
-    by_key: dict[bytes, list[AgentEvent]] = defaultdict(list)
+    """Every decodable event of the files, grouped by key, in the engine's run order."""
+    by_key: dict[bytes, list[bytes]] = defaultdict(list)
     for pattern in patterns:
         paths = sorted(glob.glob(pattern)) or [pattern]
         for path in paths:
@@ -139,11 +140,10 @@ def _events(patterns: Sequence[str], max_bytes: int, report: Report
                     if isinstance(decoded, ErrorRecord):
                         report.undecodable += 1
                     else:
-                        by_key[decoded.entity_key].append(decoded)
-    for events in by_key.values():  # the batch path's order: e10 before e9, bytes break ties
-        events.sort(key=lambda e: (e.event_time_ms, e.event_id,
-                                   e.SerializeToString(deterministic=True)))
-    return by_key
+                        by_key[decoded.entity_key].append(
+                            decoded.SerializeToString(deterministic=True))
+    return {key: [AgentEvent.FromString(data) for data in sorted(events, key=queue_order)]
+            for key, events in by_key.items()}
 
 
 def _expected(path: str | None) -> dict[tuple[str, str], list[str]] | None:

@@ -46,7 +46,7 @@ PUBLIC = {
         "CELLS", "QUEUE_CELLS", "BagCell", "InputDecoder", "KeyCells", "KeyRuns", "KeyedEngine",
         "QueueCell", "StateCell", "StateCells", "Step", "ValueCell",
         # Event-time order (invariant 10).
-        "EARLIEST_MS", "EventOrdering",
+        "EARLIEST_MS", "EventOrdering", "queue_order",
         # The JSON lines of events, intents and dead letters.
         "decode_event_json", "decode_input", "error_from_json", "error_to_json", "event_to_json",
         "intent_to_json",

@@ -47,6 +47,7 @@ from beam_agents.runtime._keyed import (
 )
 from beam_agents.runtime._lines import Oversize, read_lines
 from beam_agents.runtime._ordering import EARLIEST_MS, EventOrdering
+from beam_agents.runtime._queue import queue_order
 from beam_agents.runtime._retry import RetryPolicy
 
 __all__ = [
@@ -84,5 +85,6 @@ __all__ = [
     "error_to_json",
     "event_to_json",
     "intent_to_json",
+    "queue_order",
     "read_lines",
 ]
