@@ -56,22 +56,16 @@ class WouldPayError(ProviderRejected):
     """A request the journal does not hold: replay never sends it."""
 
 
-@dataclass
-class _Unpaid:
-    """The requests one activation would have sent, in order (only the first is reached)."""
-
-    requests: list[ModelRequest] = field(default_factory=list)
-
-
 class _NeverSends:
     """A provider that answers nothing: reaching it means the journal missed (would pay)."""
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
-        self.current = _Unpaid()
+        #: The requests the activation running now would have sent (only the first is reached).
+        self.unpaid: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.current.requests.append(request)
+        self.unpaid.append(request)
         raise WouldPayError("not in the call journal: replay sends no request",
                             model_id=self.model_id)
 
@@ -168,7 +162,8 @@ def _check(config: AgentConfig, by_key: Mapping[bytes, list[AgentEvent]],
         for key in sorted(by_key):
             state = KeyedState()
             for event in by_key[key]:
-                provider.current = unpaid = _Unpaid()
+                unpaid: list[ModelRequest] = []
+                provider.unpaid = unpaid
                 outcome = runtime.activate(state, event)
                 report.activations += 1
                 _account(report, event, outcome, unpaid, expected)
@@ -178,20 +173,20 @@ def _check(config: AgentConfig, by_key: Mapping[bytes, list[AgentEvent]],
                         llm_cache=outcome.llm_cache if outcome.llm_cache is not None
                         else state.llm_cache, seq=outcome.seq,
                         budget=outcome.budget if outcome.budget is not None else state.budget)
-                elif unpaid.requests:
+                elif unpaid:
                     # The recorded run committed this event with the next seq: keep the
                     # seqs aligned, so later events still find their journal entries.
                     state = dataclasses.replace(state, seq=state.seq + 1)
 
 
-def _account(report: Report, event: AgentEvent, outcome: Any, unpaid: _Unpaid,
+def _account(report: Report, event: AgentEvent, outcome: Any, unpaid: list[ModelRequest],
              expected: dict[tuple[str, str], list[str]] | None) -> None:
     key_text = event.entity_key.decode("utf-8", "backslashreplace")
     where = f"{key_text} {event.event_id}"
-    if unpaid.requests:
-        tokens = sum(estimate_tokens(request) for request in unpaid.requests)
+    if unpaid:
+        tokens = sum(estimate_tokens(request) for request in unpaid)
         report.would_pay += 1
-        report.would_pay_calls += len(unpaid.requests)
+        report.would_pay_calls += len(unpaid)
         report.would_pay_tokens += tokens
         report.lines.append(f"would pay      {where}: a request not in the journal "
                             f"(~{tokens} tokens); the activation stopped there")
