@@ -46,12 +46,13 @@ class _Provider:
     write the same bytes exactly when no call was answered twice. Otherwise
     every reply carries a global call number, a provider that never answers
     the same way twice. Once `hold_after` calls are answered, later requests
-    are held unanswered (not counted) until the server shuts down.
+    are held unanswered (not counted) until the server shuts down. Servers given
+    one `answered` counter count as one provider.
     """
 
-    def __init__(self, *, per_body: bool) -> None:
+    def __init__(self, *, per_body: bool, answered: Counter[str] | None = None) -> None:
         self.per_body = per_body
-        self.answered: Counter[str] = Counter()
+        self.answered: Counter[str] = answered if answered is not None else Counter()
         self.hold_after: int | None = None
         self._changed = threading.Condition()
         self._release = threading.Event()
@@ -184,25 +185,28 @@ def test_a_rerun_after_sigkill_pays_no_journaled_call_and_writes_the_clean_bytes
     assert clean_outputs[0].count(b"\n") == count and clean_outputs[1] == b""
 
     journal = tmp_path / "calls.sqlite"
-    with _Provider(per_body=True) as provider:
+    with _Provider(per_body=True) as killed:
         # Half the calls are answered; later requests are held, and the job is
         # killed once every answered call is in the journal. A call answered
         # but not yet journaled when a process dies is paid again by design:
         # no journal can record a response its writer never received.
-        provider.hold_after = distinct // 2
-        job = _cli(_flags(tmp_path / "killed", events, provider, journal))
+        killed.hold_after = distinct // 2
+        job = _cli(_flags(tmp_path / "killed", events, killed, journal))
         try:
-            provider.wait_for(provider.hold_after, timeout_s=180)
-            _wait_for_rows(journal, provider.hold_after, timeout_s=60)
+            killed.wait_for(killed.hold_after, timeout_s=180)
+            _wait_for_rows(journal, killed.hold_after, timeout_s=60)
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.communicate(timeout=30)
         assert job.returncode == -signal.SIGKILL
-        paid_before_kill = provider.total
+        paid_before_kill = killed.total
         assert paid_before_kill == distinct // 2
         assert not (tmp_path / "killed" / "intents.jsonl").exists()
 
-        provider.hold_after = None
+    # The rerun asks a server of its own that counts into the same tally, so
+    # requests of the dead job still queued at the first one stay held there:
+    # none is answered, to nobody, once the hold would have lifted.
+    with _Provider(per_body=True, answered=killed.answered) as provider:
         stdout = _finish(_cli(_flags(tmp_path / "rerun", events, provider, journal)))
         assert provider.total == distinct
         assert set(provider.answered) == set(clean.answered)
