@@ -174,6 +174,10 @@ def _question(key: str, n: int) -> str:
 
 # --- the cluster ------------------------------------------------------------------------------
 
+#: Why Flink refuses a checkpoint while a task of the job is not running yet.
+_NOT_ALL_RUNNING = "Not all required tasks are currently running"
+
+
 def _rest(address: str, path: str, body: object | None = None) -> dict:
     request = urllib.request.Request(
         f"http://{address}{path}", method="GET" if body is None else "POST",
@@ -236,23 +240,32 @@ class _Cluster:
     def stop(self, job_id: str, directory: Path) -> str:
         """Stop the job with a savepoint into `directory`, as ``flink stop --savepointPath`` does.
 
-        Returns the savepoint's path once the job has finished.
+        Returns the savepoint's path once the job has finished. A stop asked
+        for while one of the job's tasks is still being deployed (a loaded
+        machine) is refused and leaves the job running; it is asked again.
         """
-        trigger = _rest(self.address, f"/jobs/{job_id}/stop",
-                        {"targetDirectory": str(directory), "drain": False})["request-id"]
         deadline = time.monotonic() + _STOP_TIMEOUT_S
+        trigger = self._trigger_stop(job_id, directory)
         while True:
             status = _rest(self.address, f"/jobs/{job_id}/savepoints/{trigger}")
             if status["status"]["id"] == "COMPLETED":
                 operation = status.get("operation", {})
-                if "location" not in operation:
+                if "location" in operation:
+                    break
+                if _NOT_ALL_RUNNING not in str(operation) or time.monotonic() > deadline:
                     raise self.fail(job_id, f"the savepoint failed: {operation}")
-                break
+                time.sleep(0.5)
+                trigger = self._trigger_stop(job_id, directory)
+                continue
             if time.monotonic() > deadline:
                 raise self.fail(job_id, f"the savepoint did not complete in {_STOP_TIMEOUT_S} s")
             time.sleep(0.1)
         self.wait_finished(job_id)
         return str(operation["location"])
+
+    def _trigger_stop(self, job_id: str, directory: Path) -> str:
+        return str(_rest(self.address, f"/jobs/{job_id}/stop",
+                         {"targetDirectory": str(directory), "drain": False})["request-id"])
 
     def wait_finished(self, job_id: str, timeout_s: float = 240) -> None:
         deadline = time.monotonic() + timeout_s
