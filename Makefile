@@ -74,9 +74,11 @@ test-flink: $(DEV_ENVS)
 # The dev line without the Flink tests.
 test-dev-rest: $(DEV_ENVS)
 	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev --ignore=tests/flink
+# The rest of the dev line runs even when the latest line fails, so one
+# failure hides nothing; the target fails if either did.
 test-latest-then-dev:
-	$(MAKE) --no-print-directory test-latest
-	$(MAKE) --no-print-directory test-dev-rest
+	@$(MAKE) --no-print-directory test-latest; latest=$$?; \
+	$(MAKE) --no-print-directory test-dev-rest && exit $$latest
 # The Beam-latest line: the core and the Beam adapter, on what Dataflow runs.
 test-latest: $(LATEST)/.installed
 	$(LATEST)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/latest \

@@ -65,7 +65,9 @@ class Scheduler:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._by_key: dict[Hashable, Running] = {}
-        self._unfinished = 0  # started, and their done callback has not run
+        # Started and not yet settled: settled by the done callback or by
+        # `take`, whichever comes first (see `_running_now`).
+        self._unsettled: set[concurrent.futures.Future[Outcome]] = set()
         self._peak = 0
         self._clock = runtime.clock
         # How long activations take: a running mean and mean deviation, in ms.
@@ -120,7 +122,7 @@ class Scheduler:
             self._peak = max(self._peak, busy + 1)
             future = self._runtime.submit(self._runtime.activate_async(
                 state, AgentEvent.FromString(event), attempt=attempt))
-            self._unfinished += 1
+            self._unsettled.add(future)
             running = Running(event=event, attempt=attempt, base_seq=state.seq, future=future,
                               started_s=self._clock())
             self._by_key[key] = running
@@ -151,23 +153,34 @@ class Scheduler:
     def _finished(self, running: Running) -> None:
         took_ms = (self._clock() - running.started_s) * 1000
         with self._changed:
-            self._unfinished -= 1
+            settled = self._settle(running.future)
             if self._mean_ms:
                 self._deviation_ms += (abs(took_ms - self._mean_ms) - self._deviation_ms) / 8
                 self._mean_ms += (took_ms - self._mean_ms) / 8
             else:
                 self._mean_ms = took_ms
             self._changed.notify_all()
-        self._metrics.inc(NAMESPACE, "in_flight", -1)
+        if settled:
+            self._metrics.inc(NAMESPACE, "in_flight", -1)
+
+    def _settle(self, future: concurrent.futures.Future[Outcome]) -> bool:
+        """Free the slot of a finished activation, once; call with the lock held."""
+        if future not in self._unsettled:
+            return False
+        self._unsettled.remove(future)
+        return True
 
     def _running_now(self) -> int:
         """Activations started and not finished; call with the lock held.
 
-        A count kept at start and in the done callback, O(1) where hosts ask
-        for every key they look at. A host that takes an outcome before its
-        callback has run sees that slot busy a moment longer: never one too many.
+        A count kept at start and at the finish, O(1) where hosts ask for
+        every key they look at. The finish is the done callback, or `take`
+        when the host takes the outcome before that callback has run: a
+        future's result wakes its waiters before its callbacks run, and the
+        key's next start must not see its last activation's slot still taken,
+        which made the in-flight peak one more than ran at once.
         """
-        return self._unfinished
+        return len(self._unsettled)
 
     def take(self, key: Hashable, *, wait_s: float = 0.0) -> tuple[Running, Outcome] | None:
         """The key's finished activation and its outcome, waiting up to `wait_s`; else None."""
@@ -179,8 +192,13 @@ class Scheduler:
             outcome = running.future.result(timeout=wait_s)
         except concurrent.futures.TimeoutError:
             return None
-        with self._lock:
+        with self._changed:
             del self._by_key[key]
+            settled = self._settle(running.future)
+            if settled:
+                self._changed.notify_all()
+        if settled:
+            self._metrics.inc(NAMESPACE, "in_flight", -1)
         return running, outcome
 
     def wait_for_slot(self, timeout_s: float) -> None:

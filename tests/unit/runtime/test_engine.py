@@ -6,12 +6,14 @@ a real `ActivationRuntime` and a scripted provider; invariants 1, 9 and 10.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import random
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -342,3 +344,50 @@ def test_the_queue_length_and_the_oldest_queued_age_are_distributions() -> None:
     assert ages.count == 3  # one sample per event, on its first attempt only
     assert ages.min is not None and ages.min >= 10_000 - 2_000
     assert ages.max is not None and ages.max >= 10_000  # the first event's, at time 0
+
+
+class _HeldCallbacks:
+    """A runtime stand-in whose futures run a blocking callback before any other.
+
+    `concurrent.futures.Future.set_result` wakes the waiters, then runs the
+    callbacks in the setting thread: holding the first one recreates, on
+    purpose, a host that takes an outcome before the scheduler's own callback
+    has run.
+    """
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.futures: list[concurrent.futures.Future[object]] = []
+
+    def clock(self) -> float:
+        return 0.0
+
+    async def activate_async(self, *_: object, **__: object) -> None:
+        return None
+
+    def submit(self, work: Coroutine[Any, Any, object]) -> concurrent.futures.Future[object]:
+        work.close()
+        future: concurrent.futures.Future[object] = concurrent.futures.Future()
+        future.add_done_callback(lambda _: self.release.wait(30))
+        self.futures.append(future)
+        return future
+
+
+def test_a_key_taken_before_the_done_callback_starts_again_within_max_in_flight() -> None:
+    """The taken activation's slot is free at once: the next start fits, and the peak is 1."""
+    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+
+    runtime = _HeldCallbacks()
+    scheduler = Scheduler(runtime, max_in_flight=1, metrics=RecordingMetrics())  # type: ignore[arg-type]
+    state = KeyedState(memory=None, llm_cache=None, seq=0, budget=None)
+    assert scheduler.try_start("a", state, event("a", 1), attempt=1)
+    finisher = threading.Thread(target=runtime.futures[0].set_result, args=("done",))
+    finisher.start()
+    try:
+        assert scheduler.take("a", wait_s=30) is not None  # its callbacks are still held
+        assert scheduler.try_start("a", state, event("a", 2), attempt=1)
+        assert scheduler.peak_in_flight == 1 and scheduler.busy == 1
+    finally:
+        runtime.release.set()
+        finisher.join(30)
+    assert scheduler.busy == 1  # the late callback frees nothing twice
