@@ -258,14 +258,14 @@ def test_a_worker_crash_with_the_journal_on_pays_no_call_twice_on_flink(
         # other keys and the other subtask go on starting calls, so the fault's
         # `<marker>.in_flight` snapshot is a lower bound, not the set. (A killed
         # worker can die with an answer already in its socket.)
-        # On the Firestore server the journal write is an RPC of a few
-        # milliseconds: an answer that arrived while its write was in flight
+        # An answer that arrived while its journal write was still under way
         # at the crash was delivered, yet never journaled, so it is paid once
-        # more (at most one per entity, asserted above). SQLite's write is
-        # local and finishes first.
+        # more (at most one per entity, asserted above). On the Firestore
+        # server that write is an RPC of a few milliseconds; SQLite's is local
+        # and usually finishes first, but not always on a loaded machine
+        # (CI delivered one answer twice with SQLite), so the two variants
+        # are held to the same account.
         twice = [c for c, n in chaos.delivered.items() if n > 1]
-        if variant == "sqlite":
-            assert chaos.delivered == clean.calls, twice
         assert set(chaos.delivered) == set(clean.calls)
         assert chaos.paid == clean.paid + chaos.lost + len(twice)
 
