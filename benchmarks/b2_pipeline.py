@@ -120,10 +120,7 @@ def _core_seconds(agent: str, elements: list[tuple[bytes, bytes]]) -> float:
             state = states.get(key, KeyedState())
             outcome = runtime.activate(state, AgentEvent.FromString(data))
             assert isinstance(outcome, Committed), outcome
-            states[key] = KeyedState(
-                memory=outcome.memory if outcome.memory is not None else state.memory,
-                llm_cache=outcome.llm_cache if outcome.llm_cache is not None
-                else state.llm_cache, seq=outcome.seq)
+            states[key] = state.after(outcome)
         return (time.perf_counter() - start) / len(elements)
 
 

@@ -69,11 +69,7 @@ def run(profile: Profile) -> dict[str, Any]:
             if not isinstance(outcome, Committed):
                 failed += 1
                 continue
-            state = KeyedState(
-                memory=outcome.memory if outcome.memory is not None else state.memory,
-                llm_cache=outcome.llm_cache if outcome.llm_cache is not None
-                else state.llm_cache,
-                seq=outcome.seq)
+            state = state.after(outcome)
             states[index] = state
             memory_bytes, cache_bytes = len(state.memory or b""), len(state.llm_cache or b"")
             total = memory_bytes + cache_bytes + _varint_bytes(state.seq)

@@ -91,10 +91,10 @@ def _serial(count: int) -> tuple[float, float]:
         states: dict[bytes, KeyedState] = {}
         cpu, start = time.process_time(), time.perf_counter()
         for event in map(_event, range(count)):
-            outcome = runtime.activate(states.get(event.entity_key, KeyedState()), event)
+            state = states.get(event.entity_key, KeyedState())
+            outcome = runtime.activate(state, event)
             assert isinstance(outcome, Committed), outcome
-            states[event.entity_key] = KeyedState(seq=outcome.seq, memory=outcome.memory,
-                                                  llm_cache=outcome.llm_cache)
+            states[event.entity_key] = state.after(outcome)
         return time.perf_counter() - start, time.process_time() - cpu
 
 

@@ -87,9 +87,14 @@ def _events(count: int, keys: int) -> list[AgentEvent]:
                        payload=f"question {n}".encode()) for n in range(count)]
 
 
-def _kept(outcome: Outcome) -> KeyedState:
+def _kept(state: KeyedState, outcome: Outcome) -> KeyedState:
     assert isinstance(outcome, Committed), outcome
-    return KeyedState(seq=outcome.seq, memory=outcome.memory, llm_cache=outcome.llm_cache)
+    return state.after(outcome)
+
+
+def _step(runtime: ActivationRuntime, state: KeyedState, event: AgentEvent) -> KeyedState:
+    """Run `event` from `state`; the state its commit leaves."""
+    return _kept(state, runtime.activate(state, event))
 
 
 def _until_committed(runtime: ActivationRuntime, state: KeyedState,
@@ -101,7 +106,7 @@ def _until_committed(runtime: ActivationRuntime, state: KeyedState,
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         outcome = runtime.activate(state, event, attempt=attempt)
         if isinstance(outcome, Committed):
-            return _kept(outcome), attempt
+            return _kept(state, outcome), attempt
         assert outcome.error.retriable, outcome.error
         if outcome.llm_cache is not None:
             # Suspension writes what the attempt paid for, and nothing else.
@@ -116,8 +121,8 @@ def _bundle_retry(runtime: ActivationRuntime, events: list[AgentEvent], window: 
     states: dict[bytes, KeyedState] = {}
     for event in events:
         state = states.get(event.entity_key, KeyedState())
-        _kept(runtime.activate(state, event))  # ran, then its bundle failed: dropped
-        states[event.entity_key] = _kept(runtime.activate(state, event))
+        _step(runtime, state, event)  # ran, then its bundle failed: dropped
+        states[event.entity_key] = _step(runtime, state, event)
     return len(events)
 
 
@@ -129,8 +134,8 @@ def _crash_restore(runtime: ActivationRuntime, events: list[AgentEvent], window:
             # The first pass is lost with the crash; the restore replays the window.
             states = dict(checkpoint)
             for event in batch:
-                states[event.entity_key] = _kept(
-                    runtime.activate(states.get(event.entity_key, KeyedState()), event))
+                states[event.entity_key] = _step(
+                    runtime, states.get(event.entity_key, KeyedState()), event)
             if replay:
                 checkpoint = states
     return len(events)
@@ -140,8 +145,8 @@ def _rerun(runtime: ActivationRuntime, events: list[AgentEvent], window: int) ->
     for _ in range(2):
         states: dict[bytes, KeyedState] = {}
         for event in events:
-            states[event.entity_key] = _kept(
-                runtime.activate(states.get(event.entity_key, KeyedState()), event))
+            states[event.entity_key] = _step(
+                runtime, states.get(event.entity_key, KeyedState()), event)
     return len(events)
 
 

@@ -168,11 +168,7 @@ def _check(config: AgentConfig, by_key: Mapping[bytes, list[AgentEvent]],
                 report.activations += 1
                 _account(report, event, outcome, unpaid, expected)
                 if isinstance(outcome, Committed):
-                    state = KeyedState(
-                        memory=outcome.memory if outcome.memory is not None else state.memory,
-                        llm_cache=outcome.llm_cache if outcome.llm_cache is not None
-                        else state.llm_cache, seq=outcome.seq,
-                        budget=outcome.budget if outcome.budget is not None else state.budget)
+                    state = state.after(outcome)
                 elif unpaid:
                     # The recorded run committed this event with the next seq: keep the
                     # seqs aligned, so later events still find their journal entries.

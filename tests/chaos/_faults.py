@@ -498,6 +498,4 @@ def _with_store(config: AgentConfig, store: LongtermStoreConfig) -> AgentConfig:
 def advance(state: KeyedState, outcome: Outcome) -> KeyedState:
     """The key's state after the host applied a committed outcome, as the engine does."""
     assert isinstance(outcome, Committed), outcome
-    return KeyedState(memory=outcome.memory if outcome.memory is not None else state.memory,
-                      llm_cache=outcome.llm_cache if outcome.llm_cache is not None
-                      else state.llm_cache, seq=outcome.seq)
+    return state.after(outcome)

@@ -52,8 +52,7 @@ def test_a_redelivered_bundle_replays_its_paid_call_from_the_journal(
     with start_runtime(config, provider=model) as worker:
         committed = worker.activate(KeyedState(), first)
         assert isinstance(committed, Committed)
-        state = KeyedState(memory=committed.memory, llm_cache=committed.llm_cache,
-                           seq=committed.seq)
+        state = KeyedState().after(committed)
         dropped = worker.activate(state, second)  # flushed and journaled, then lost
         assert isinstance(dropped, Committed)
     assert model.calls == 2

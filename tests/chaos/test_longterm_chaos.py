@@ -66,9 +66,7 @@ def rows(rt: ActivationRuntime) -> list[bytes]:
 
 
 def apply(state: KeyedState, outcome: Committed) -> KeyedState:
-    return KeyedState(memory=outcome.memory if outcome.memory is not None else state.memory,
-                      llm_cache=outcome.llm_cache if outcome.llm_cache is not None
-                      else state.llm_cache, seq=outcome.seq)
+    return state.after(outcome)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,21 @@ class KeyedState:
     seq: int = 0
     budget: bytes | None = None
 
+    def after(self, outcome: Committed) -> KeyedState:
+        """The state the entity's next event runs from, once `outcome` is committed.
+
+        What a host's cells hold after it applies the outcome as `KeyedEngine`
+        does: the outcome's seq, and each blob it carries. A blob the
+        activation left unchanged is None in the outcome and kept from here,
+        never dropped: a driver of `ActivationRuntime.activate` that wrote the
+        None would start the next event from empty memory.
+        """
+        return KeyedState(
+            memory=self.memory if outcome.memory is None else outcome.memory,
+            llm_cache=self.llm_cache if outcome.llm_cache is None else outcome.llm_cache,
+            seq=outcome.seq,
+            budget=self.budget if outcome.budget is None else outcome.budget)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Committed:

@@ -208,3 +208,15 @@ def test_a_save_over_the_stores_limits_fails_the_activation_at_the_flush_stage()
     assert outcome.error.stage == ErrorRecord.STAGE_LONGTERM_FLUSH
     assert outcome.error.error_type == "beam_agents.errors.StoreLimitError"
     assert store.rows() == {} and "flush" not in store.operation_names()
+
+
+def test_the_state_after_a_commit_keeps_each_blob_the_activation_left_unchanged() -> None:
+    """KeyedState.after: the outcome's seq and blobs; a None blob keeps the one before."""
+    before = KeyedState(memory=b"memory", llm_cache=b"cache", seq=3, budget=b"budget")
+    unchanged = Committed(seq=4, memory=None, llm_cache=None, intents=())
+    assert before.after(unchanged) == KeyedState(memory=b"memory", llm_cache=b"cache", seq=4,
+                                                 budget=b"budget")
+    rewritten = Committed(seq=4, memory=b"m2", llm_cache=b"c2", intents=(), budget=b"b2")
+    assert before.after(rewritten) == KeyedState(memory=b"m2", llm_cache=b"c2", seq=4,
+                                                 budget=b"b2")
+    assert KeyedState().after(unchanged) == KeyedState(seq=4)
