@@ -12,7 +12,7 @@ BEAM_VERSION  := $(shell cat templates/dataflow/beam-version.txt)
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test test-dev test-flink test-dev-rest test-latest test-latest-then-dev envs lint protos demo demo-streaming soak bench fuzz mutate clean
+.PHONY: test test-dev test-latest envs lint protos demo demo-streaming soak bench fuzz mutate clean
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -51,34 +51,19 @@ lint: $(VENV)/.installed
 ENVS := $(VENV)/.installed $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
 envs: $(ENVS)
 
-# Two sessions side by side: the suite waits on model latency, servers and
-# JVMs far more than it computes (one session keeps one of two cores busy).
-# The Flink tests are about 60% of the dev line's time, so they are one
-# session, and the rest of the dev line follows the Beam-latest line in the
-# other. Each session's output is printed whole once it ends.
+# The two lines run side by side: the suite waits on model latency, servers
+# and JVMs far more than it computes (it keeps one of two cores busy), and
+# each line's output is printed whole once it ends.
 test:
 	$(MAKE) --no-print-directory -j4 envs
 	$(MAKE) --no-print-directory lint
 	mkdir -p .pytest-tmp
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-flink test-latest-then-dev
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-dev test-latest
 
-# Everything on the dev line (Beam 2.61 + PyFlink): the Flink tests, then the rest.
-test-dev: test-flink test-dev-rest
-
-DEV_PYTEST := CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
-DEV_ENVS   := $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
-
-# The Flink tests (MiniClusters and standalone clusters), on the dev line.
-test-flink: $(DEV_ENVS)
-	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/flink tests/flink
-# The dev line without the Flink tests.
-test-dev-rest: $(DEV_ENVS)
-	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev --ignore=tests/flink
-# The rest of the dev line runs even when the latest line fails, so one
-# failure hides nothing; the target fails if either did.
-test-latest-then-dev:
-	@$(MAKE) --no-print-directory test-latest; latest=$$?; \
-	$(MAKE) --no-print-directory test-dev-rest && exit $$latest
+# Everything, on the dev line (Beam 2.61 + PyFlink).
+test-dev: $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest \
+	    --basetemp=$(abspath .pytest-tmp)/dev
 # The Beam-latest line: the core and the Beam adapter, on what Dataflow runs.
 test-latest: $(LATEST)/.installed
 	$(LATEST)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/latest \
