@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import pytest
 
@@ -44,6 +46,7 @@ def test_every_flag_default_and_its_help_come_from_the_options_dataclass() -> No
     assert "(default on)" in helps["unaligned_checkpoints"]
     assert "(default off" in helps["python_managed_memory"]
     assert helps["event_order"].startswith("event_time (default): ")
+    assert "(default process)" in helps["python_execution_mode"]
 
 
 def test_python_workers_are_not_shared_through_managed_memory_by_default() -> None:
@@ -150,3 +153,24 @@ def test_the_bundle_size_follows_the_event_order_unless_given(
     options = FlinkJobOptions(input_files=("a",), output_path="o", errors_path="e",
                               event_order=order, bundle_size=flag)  # type: ignore[arg-type]
     assert flink_settings(options)["python.fn-execution.bundle.size"] == str(size)
+
+
+def test_the_python_execution_mode_is_process_unless_thread_is_asked() -> None:
+    """Thread mode runs embedded in the JVM, with this interpreter's path (see FlinkJobOptions)."""
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter"])
+    assert options.python_execution_mode == "process"
+    settings = flink_settings(options)
+    assert settings["python.execution-mode"] == "process"
+    assert "python.pythonpath" not in settings
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter",
+                             "--python_execution_mode", "thread"])
+    settings = flink_settings(options)
+    assert settings["python.execution-mode"] == "thread"
+    assert settings["python.pythonpath"].split(os.pathsep) == [p for p in sys.path if p]
+
+
+def test_an_unknown_python_execution_mode_names_the_flag() -> None:
+    with pytest.raises(ConfigError, match="--python_execution_mode") as raised:
+        FlinkJobOptions(input_files=("a",), output_path="o", errors_path="e",
+                        python_execution_mode="embedded")  # type: ignore[arg-type]
+    assert raised.value.field == "python_execution_mode"

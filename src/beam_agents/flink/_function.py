@@ -1,28 +1,17 @@
 """AgentKeyedProcessFunction: the shared engine hosted by a PyFlink keyed operator.
 
-The Flink twin of `AgentDoFn`, and just as thin: it binds a key's nine
-keyed-state cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine` in
-a callback that has the key in scope, and routes the lines that come back;
-the activations run on the runtime's loop while the operator goes on with
-other keys (docs/design.md, "How each engine runs it").
-
-``--event_order event_time`` (the default) only queues each event as it
-arrives, so a bounded input runs in full ``(event_time_ms, event_id)`` order
-and any line order gives the same intents (invariant 10); ``arrival`` starts
-an event as soon as its key is free, holding the input while a key runs
-ahead (`KeyedEngine.hold`). A processing-time timer at `Step.wake_at_ms`
-calls the engine back for a finished activation or a retry; the final
-watermark fires the end-of-input rounds (`KeyedEngine.settle`), one per
-queued position, then a drain at `END_OF_INPUT_MS`. Checkpoints snapshot the
-queue with the key's state and timers, so a restore runs every unapplied
-event again with the same seq (invariants 8 and 9). A savepoint holds the
-same cells, all keyed state, so they move with their key to whichever
-subtask owns it after a restore at another parallelism; with a call journal,
-the calls that activations still in flight at the stop had paid replay.
+The Flink twin of `AgentDoFn`, and just as thin: it binds a key's keyed-state
+cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine` in a callback
+that has the key in scope, and routes the lines that come back; activations
+run on the runtime's loop while the operator goes on with other keys. How the
+event orders, the end-of-input rounds, checkpoints, savepoints and the two
+Python execution modes play out is in docs/design.md, "How each engine runs
+it" and "Flink's Python execution modes" (invariants 8, 9 and 10).
 """
 
 from __future__ import annotations
 
+import faulthandler
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
@@ -43,14 +32,8 @@ from beam_agents.runtime import (
     Step,
 )
 
-__all__ = [
-    "END_OF_INPUT_MS",
-    "ERRORS",
-    "FIRST_ROUND_MS",
-    "MAX_AHEAD",
-    "AgentKeyedProcessFunction",
-    "EventOrder",
-]
+__all__ = ["END_OF_INPUT_MS", "ERRORS", "FIRST_ROUND_MS", "MAX_AHEAD",
+           "AgentKeyedProcessFunction", "EventOrder", "ExecutionMode"]
 
 #: The errors (dead-letter) side output: error records as canonical JSON lines.
 ERRORS = OutputTag("errors", Types.STRING())
@@ -68,10 +51,17 @@ FIRST_ROUND_MS = END_OF_INPUT_MS - 10_000_001
 #: before its next arrival holds the input.
 MAX_AHEAD = 2
 
-#: How a key's events are ordered (see the module docstring).
+#: How a key's events are ordered: over the whole input, or as they arrive.
 EventOrder = Literal["event_time", "arrival"]
 
-_BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
+#: Where PyFlink runs the function: a Python worker process, or the task
+#: manager's JVM through an embedded interpreter (``python.execution-mode``).
+ExecutionMode = Literal["process", "thread"]
+
+#: The bytes cells' type per mode. The embedded interpreter converts a
+#: primitive byte array item by item (and fails on an empty cell), so there
+#: the cells hold pickled bytes; the two layouts do not restore into each other.
+_BYTES = {"process": Types.PRIMITIVE_ARRAY(Types.BYTE()), "thread": Types.PICKLED_BYTE_ARRAY()}
 
 
 class AgentKeyedProcessFunction(KeyedProcessFunction):
@@ -83,26 +73,37 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     clients open in `open` and close in `close`, once per parallel instance.
     """
 
-    def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time") -> None:
+    def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
+                 execution_mode: ExecutionMode = "process") -> None:
         self._config = config
         self._event_order = event_order
+        self._mode = execution_mode
         self._runtime: ActivationRuntime | None = None
         self._engine: KeyedEngine | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        """Bind the key's cells and the metric group, and build the clients."""
+        """Bind the key's cells and the metric group, and build the clients.
+
+        Embedded in the JVM, Python's fault handler (``PYTHONFAULTHANDLER``)
+        would take over the SIGSEGV the JVM raises on purpose (safepoint polls,
+        null checks) and turn it into a crash; it is handed back to the JVM.
+        """
+        if self._mode == "thread":
+            faulthandler.disable()
+        raw = _BYTES[self._mode]
+
         def value(name: str, kind: Any) -> _Cell:
             return _Cell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
 
         def bag(name: str) -> _Bag:
-            return _Bag(runtime_context.get_list_state(ListStateDescriptor(name, _BYTES)))
+            return _Bag(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
 
         memory, llm_cache, seq, budget = CELLS
         queue, dequeued, queue_meta, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
-            state=StateCells(value(memory, _BYTES), value(llm_cache, _BYTES),
-                             value(seq, Types.LONG()), value(budget, _BYTES)),
-            queue=bag(queue), dequeued=bag(dequeued), queue_meta=value(queue_meta, _BYTES),
+            state=StateCells(value(memory, raw), value(llm_cache, raw),
+                             value(seq, Types.LONG()), value(budget, raw)),
+            queue=bag(queue), dequeued=bag(dequeued), queue_meta=value(queue_meta, raw),
             attempt=value(attempt, Types.LONG()), retry_at_ms=value(retry_at_ms, Types.LONG()))
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
         self._runtime = start_runtime(self._config, metrics=self._metrics)
@@ -130,11 +131,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         yield from self._emit(step, timers)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
-        """Pump the key (processing time), or run a round of the end of the input (event time).
-
-        Retries at the end wait out their backoff on the wall clock, which
-        processing time reads.
-        """
+        """Pump the key (processing time, which retries wait on), or run an end-of-input round."""
         engine, key = self._started(), ctx.get_current_key()
         timers = ctx.timer_service()
         if ctx.time_domain() != TimeDomain.EVENT_TIME:

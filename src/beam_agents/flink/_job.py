@@ -19,6 +19,8 @@ fixed, so it restores at any parallelism up to that.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -41,7 +43,12 @@ from pyflink.datastream.connectors.file_system import (
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
-from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction, EventOrder
+from beam_agents.flink._function import (
+    ERRORS,
+    AgentKeyedProcessFunction,
+    EventOrder,
+    ExecutionMode,
+)
 from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
 from beam_agents.runtime import (
@@ -130,6 +137,17 @@ class FlinkJobOptions:
             may need more sets it higher before its first start.
         python_executable: Interpreter for the Python workers; None keeps
             ``python.executable`` from the Flink configuration.
+        python_execution_mode: ``"process"`` (default): the Python functions
+            run in worker processes, and each bundle's end writes the keyed
+            state it touched over gRPC, one blocking request per cell;
+            ``"thread"``: they run in an interpreter embedded in the task
+            manager's JVM, which reads and writes state in process, at about
+            half the CPU (docs/benchmarks.md, B6). Thread mode needs this
+            interpreter's packages at the same paths on every task manager
+            (the job sets ``python.pythonpath`` to its ``sys.path``), a Python
+            crash takes the task manager with it, and a savepoint restores only
+            into the mode it was taken in (docs/design.md, "Flink's Python
+            execution modes").
         job_name: Name shown in the Flink UI.
     """
 
@@ -148,6 +166,7 @@ class FlinkJobOptions:
     parallelism: int | None = None
     max_parallelism: int = 128
     python_executable: str | None = None
+    python_execution_mode: ExecutionMode = "process"
     job_name: str = "beam-agents"
 
     def __post_init__(self) -> None:
@@ -165,6 +184,9 @@ class FlinkJobOptions:
         if self.event_order not in ("event_time", "arrival"):
             raise ConfigError(f"--event_order must be event_time or arrival, got "
                               f"{self.event_order!r}", field="event_order")
+        if self.python_execution_mode not in ("process", "thread"):
+            raise ConfigError(f"--python_execution_mode must be process or thread, got "
+                              f"{self.python_execution_mode!r}", field="python_execution_mode")
         if self.parallelism is not None:
             require_int(self.parallelism, name="--parallelism", low=1, field="parallelism",
                         noun="")
@@ -264,6 +286,11 @@ def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
     }
     if options.checkpoint_dir:
         settings["execution.checkpointing.dir"] = options.checkpoint_dir
+    settings["python.execution-mode"] = options.python_execution_mode
+    if options.python_execution_mode == "thread":
+        # The embedded interpreter starts with its base installation's path
+        # only; the job's packages are where this interpreter finds them.
+        settings["python.pythonpath"] = os.pathsep.join(path for path in sys.path if path)
     return settings
 
 
@@ -284,13 +311,15 @@ def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
 
 
 def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-8",
-                 event_order: EventOrder = "event_time") -> tuple[DataStream, DataStream]:
+                 event_order: EventOrder = "event_time",
+                 execution_mode: ExecutionMode = "process") -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
     The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
     source in front and sinks behind (their connector jars go on
     ``pipeline.jars``), and the agent runs exactly as in `build_job`.
-    `charset` is how the source decoded the lines' bytes (see `DecodeEvents`).
+    `charset` is how the source decoded the lines' bytes (see `DecodeEvents`);
+    `execution_mode` must be the job's ``python.execution-mode``.
     Its operators carry the uids of `UIDS`, so one job holds one agent stream.
     """
     decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
@@ -300,8 +329,9 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     # PyFlink keys a stream with a Python operator of its own ahead of the
     # partitioning, which its API does not expose: set its uid on the transformation.
     keyed._j_data_stream.getTransformation().getInputs().get(0).setUid(UIDS["key_by"])
-    activated = (keyed.process(AgentKeyedProcessFunction(config, event_order=event_order),
-                               output_type=Types.STRING())
+    activate = AgentKeyedProcessFunction(config, event_order=event_order,
+                                         execution_mode=execution_mode)
+    activated = (keyed.process(activate, output_type=Types.STRING())
                  .name("Activate").uid(UIDS["activate"]))
     # A side output is read through an operator of its own too (PyFlink maps it
     # to the tag's type); each gets a uid like every other operator.
@@ -321,7 +351,8 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(),
                             "ReadJsonl").uid(UIDS["source"])
     intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
-                                   event_order=options.event_order)
+                                   event_order=options.event_order,
+                                   execution_mode=options.python_execution_mode)
     intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
         UIDS["intents_sink"])
     errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors").uid(
@@ -395,6 +426,11 @@ def job_parser() -> argparse.ArgumentParser:
          "cap every later rescale; at most 32768).", type=int)
     _add(flink, "python_executable", "Python for the workers (default: Flink's "
          "python.executable, or flink run -pyexec).")
+    _add(flink, "python_execution_mode", "Where the Python functions run: process, in "
+         "worker processes (default {default}), or thread, embedded in the task manager's "
+         "JVM at about half the CPU; thread needs this interpreter's packages at the same "
+         "paths on every task manager, and a savepoint restores only into its own mode.",
+         choices=("process", "thread"))
     _add(flink, "job_name", "Name in the Flink UI.")
     add_agent_flags(parser)
     return parser
