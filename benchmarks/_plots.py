@@ -110,10 +110,11 @@ def _b5(result: Mapping[str, Any], ax: Axes) -> None:
 
 
 def _b6(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
-    paths = [(name, result[name]) for name in ("batch", "streaming", "flink")
-             if isinstance(result.get(name), Mapping)]
+    palette = {"batch": "#1f77b4", "streaming": "#6baed6", "flink": "#ff7f0e",
+               "flink_thread": "#fdae6b"}
+    paths = [(name, result[name]) for name in palette if isinstance(result.get(name), Mapping)]
     labels = [f"{name}\n{path['ratio_to_serial']['median']:.1f}x serial" for name, path in paths]
-    colors = ["#1f77b4", "#6baed6", "#ff7f0e"][:len(paths)]
+    colors = [palette[name] for name, _ in paths]
     serial = result["serial_events_per_s"]
     _bars(axes[0], ["serial\n(1 at a time)", *labels],
           [serial, *(path["events_per_s"] for _, path in paths)], "events/s",

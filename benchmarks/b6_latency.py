@@ -17,7 +17,10 @@ and is measured against the serial rate taken in the same repetition:
   poll timers fire (`benchmarks._beam.run_streaming`);
 * flink: the native job (``templates/flink/agent_job.py``) on a local
   MiniCluster at parallelism 1, checkpointing every second
-  (`benchmarks._flink.run_job`).
+  (`benchmarks._flink.run_job`), its Python functions in worker processes
+  (``--python_execution_mode process``, the default);
+* flink_thread: the same job with its Python functions embedded in the
+  task manager's JVM (``--python_execution_mode thread``).
 
 Every runner takes seconds to start (the MiniCluster well over ten), so each
 path runs at two sizes and its rate is the difference in events over the
@@ -58,13 +61,18 @@ TARGET = 32
 _AGENT = "benchmarks._agents:slow_reply"
 _CONFIG = AgentConfig(agent=_AGENT, model=ModelConfig(latency_ms=LATENCY_MS))
 _FLINK_FLAGS = ["--agent", _AGENT, "--model_latency_ms", str(LATENCY_MS)]
-_PATHS = ("batch", "streaming", "flink")
+_PATHS = ("batch", "streaming", "flink", "flink_thread")
+#: The paths that run the native Flink job, and the flags that tell them apart.
+_FLINK_MODES = {"flink": ["--python_execution_mode", "process"],
+                "flink_thread": ["--python_execution_mode", "thread"]}
 _RUNNERS = {
     "batch": "Create -> GroupByKey -> AgentBatchDoFn on the DirectRunner (FnApiRunner, 1 worker)",
     "streaming": ("TestStream -> AgentDoFn on the streaming DirectRunner, processing time "
                   "advanced past the wall clock"),
     "flink": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
-              "checkpoints every 1 s"),
+              "checkpoints every 1 s, Python in worker processes"),
+    "flink_thread": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
+                     "checkpoints every 1 s, Python embedded in the JVM (thread mode)"),
 }
 
 
@@ -108,11 +116,16 @@ def _in_process(run: Callable[[], float]) -> tuple[float, float]:
 class _Flink:
     """The Flink path's job runs by size, kept for the figures only their commits give."""
 
-    def __init__(self) -> None:
+    def __init__(self, flags: list[str]) -> None:
+        self.flags = [*_FLINK_FLAGS, *flags]
         self.runs: dict[str, list[_flink.JobRun]] = {"small": [], "large": []}
 
+    def measure_size(self, sizes: dict[str, list[Any]]) -> Callable[[str], tuple[float, float]]:
+        """A measure of one size, by name, of `sizes`."""
+        return lambda size: self.measure(len(sizes[size]), size)
+
     def measure(self, count: int, size: str) -> tuple[float, float]:
-        run = _flink.run_job(_json_lines(count), _FLINK_FLAGS)
+        run = _flink.run_job(_json_lines(count), self.flags)
         self.runs[size].append(run)
         return run.wall_s, run.cpu_s
 
@@ -213,6 +226,16 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                      f"{flink['two_size_events_per_s']['median']:.0f} events/s "
                      f"[{flink['two_size_events_per_s']['min']:.0f}-"
                      f"{flink['two_size_events_per_s']['max']:.0f}] for the whole job. ")
+    thread = paths.get("flink_thread")
+    if thread is not None:
+        text += ("Flink in thread mode (--python_execution_mode thread) runs the same job "
+                 "with its Python functions in an interpreter embedded in the task manager's "
+                 "JVM: keyed state and timers are read and written in process instead of "
+                 "over gRPC at each bundle's end, and no worker process starts")
+        if flink is not None:
+            text += (f" (the small job took {thread['job_wall_s']['small']['median']:.1f} s "
+                     f"against {flink['job_wall_s']['small']['median']:.1f} s)")
+        text += ". "
     for name, reason in skipped.items():
         text += f"{name}: not measured: {reason}. "
     return text.strip()
@@ -222,16 +245,22 @@ def run(profile: Profile) -> dict[str, Any]:
     """Measure B6; see the module docstring."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     small, large = (KEYS, 10 * KEYS) if profile.quick else (4 * KEYS, 24 * KEYS)
+    # A Flink job's start-up alone costs 15-35 s of CPU, varying by seconds
+    # from run to run; its large size is four times the others' so that this
+    # noise stays a small share of the difference.
+    flink_large = large if profile.quick else 4 * large
+    counts = {name: (small, flink_large if name in _FLINK_MODES else large) for name in _PATHS}
     serial_count = 10 if profile.quick else 25
     reps = 1 if profile.quick else 3
     orphans_adopted = _flink.adopt_orphans()
-    flink = _Flink()
-    sizes = {"small": _keyed(small), "large": _keyed(large)}
+    jobs = {name: _Flink(flags) for name, flags in _FLINK_MODES.items()}
+    sizes = {"small": _keyed(small), "large": _keyed(large), "flink_large": _keyed(flink_large)}
     measures: dict[str, Callable[[str], tuple[float, float]]] = {
         "batch": lambda size: _in_process(lambda: run_batch(_CONFIG, sizes[size])),
         "streaming": lambda size: _in_process(
             lambda: run_streaming(_CONFIG, sizes[size], step=KEYS)),
-        "flink": lambda size: flink.measure(len(sizes[size]), size),
+        **{name: job.measure_size({"small": sizes["small"], "large": sizes["flink_large"]})
+           for name, job in jobs.items()},
     }
     marginal: dict[str, list[float]] = {name: [] for name in _PATHS}
     cpus: dict[str, list[float]] = {name: [] for name in _PATHS}
@@ -254,14 +283,15 @@ def run(profile: Profile) -> dict[str, Any]:
                 (wall_small, cpu_small), (wall_large, cpu_large) = (
                     measures[case]("small"), measures[case]("large"))
             except Exception as exc:
-                if case != "flink":
+                if case not in jobs:
                     raise
                 # The Flink job runs out of process, on a JVM; one that cannot
                 # run here is reported as not measured, not as a failed suite.
                 skipped[case] = f"{type(exc).__name__}: {exc}"[:500]
                 continue
-            marginal[case].append((large - small) / max(wall_large - wall_small, 1e-3))
-            cpus[case].append((cpu_large - cpu_small) / (large - small))
+            low, high = counts[case]
+            marginal[case].append((high - low) / max(wall_large - wall_small, 1e-3))
+            cpus[case].append((cpu_large - cpu_small) / (high - low))
             walls[case].append((wall_small, wall_large))
             cores[case].append((cpu_large - cpu_small) / max(wall_large - wall_small, 1e-3))
     ideal = float(min(KEYS, _CONFIG.max_in_flight))
@@ -269,18 +299,19 @@ def run(profile: Profile) -> dict[str, Any]:
     for name in _PATHS:
         if name in skipped:
             continue
-        flows = flink.flow_rates() if name == "flink" else None
+        job = jobs.get(name)
+        flows = job.flow_rates() if job is not None else None
         rates = flows if flows else marginal[name]
         paths[name] = _path_result(name, rates, cpus[name], cores[name], serial_rates,
                                    ideal)
         paths[name]["job_wall_s"] = {
             size: stat([pair[index] for pair in walls[name]]).as_json(2)
             for index, size in enumerate(("small", "large"))}
-        if name == "flink":
+        if job is not None:
             paths[name]["rate_from"] = ("commits in full flow" if flows
                                         else "two sizes (too few commits for the flow)")
             paths[name]["two_size_events_per_s"] = stat(marginal[name]).as_json(1)
-            paths[name]["final_commit_gap_s"] = flink.final_gaps()
+            paths[name]["final_commit_gap_s"] = job.final_gaps()
             if not orphans_adopted:
                 paths[name]["cpu_note"] = ("this platform cannot adopt the job's JVM, so its "
                                            "CPU time is missing")
@@ -289,7 +320,8 @@ def run(profile: Profile) -> dict[str, Any]:
     return {
         "name": "Model-latency-bound throughput",
         "workload": (f"one model call per event, the model answers after {LATENCY_MS} ms; "
-                     f"{large} vs {small} events round-robin over {KEYS} keys per path, "
+                     f"{large} vs {small} events round-robin over {KEYS} keys per path "
+                     f"({flink_large} vs {small} on Flink), "
                      f"max_in_flight {_CONFIG.max_in_flight}; serial: {serial_count} events "
                      "one at a time; rates and CPU from the difference between the two sizes "
                      "(Flink's rate: from its commits in full flow)"),
@@ -297,7 +329,7 @@ def run(profile: Profile) -> dict[str, Any]:
         "latency_ms": LATENCY_MS,
         "keys": KEYS,
         "max_in_flight": _CONFIG.max_in_flight,
-        "events": {"small": small, "large": large},
+        "events": {"small": small, "large": large, "flink_large": flink_large},
         "serial_events_per_s": serial.as_json(2),
         "serial_cpu_ms_per_event": stat(serial_cpus).scaled(1e3).as_json(2),
         "ideal_ratio": ideal,
