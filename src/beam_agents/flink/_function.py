@@ -12,13 +12,14 @@ it" and "Flink's Python execution modes" (invariants 8, 9 and 10).
 from __future__ import annotations
 
 import faulthandler
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
+from beam_agents.flink._cells import BagCell, ValueCell
 from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.hosting import start_runtime, wall_ms
 from beam_agents.runtime import (
@@ -92,12 +93,15 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             faulthandler.disable()
         raw = _BYTES[self._mode]
 
-        def value(name: str, kind: Any) -> _Cell:
-            return _Cell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
+        def value(name: str, kind: Any) -> ValueCell:
+            cell = ValueCell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
+            self._values.append(cell)
+            return cell
 
-        def bag(name: str) -> _Bag:
-            return _Bag(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
+        def bag(name: str) -> BagCell:
+            return BagCell(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
 
+        self._values: list[ValueCell] = []
         memory, llm_cache, seq, budget = CELLS
         queue, dequeued, queue_meta, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
@@ -113,6 +117,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         """Queue the event in keyed state (durable first, invariant 8); run it if order allows."""
         engine = self._started()
         key, timers = ctx.get_current_key(), ctx.timer_service()
+        self._forget()
         refused = engine.enqueue(key, self._cells, bytes(value[1]))
         # One round per queued position, set with the event: PyFlink fires a
         # timer set while the final watermark fires only if a bundle is still open.
@@ -134,6 +139,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         """Pump the key (processing time, which retries wait on), or run an end-of-input round."""
         engine, key = self._started(), ctx.get_current_key()
         timers = ctx.timer_service()
+        self._forget()
         if ctx.time_domain() != TimeDomain.EVENT_TIME:
             step = engine.pump(key, self._cells, timers.current_processing_time())
         elif timestamp >= END_OF_INPUT_MS:
@@ -148,6 +154,11 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             self._runtime.close()
             self._runtime = None
             self._engine = None
+
+    def _forget(self) -> None:
+        """A callback starts: the key in scope, and the state behind each cell, may differ."""
+        for cell in self._values:
+            cell.forget()
 
     def _started(self) -> KeyedEngine:
         assert self._engine is not None, "open() was not called"
@@ -164,36 +175,3 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         self._metrics.flush()
         for channel, line in step.lines:
             yield line.decode() if channel == "intents" else (ERRORS, line.decode())
-
-
-class _Cell:
-    """A Flink ``ValueState`` as the core's `StateCell`."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state: Any) -> None:
-        self._state = state
-
-    def read(self) -> Any:
-        return self._state.value()
-
-    def write(self, value: Any) -> None:
-        self._state.update(value)
-
-
-class _Bag:
-    """A Flink ``ListState`` of bytes as the engine's `QueueCell`."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, state: Any) -> None:
-        self._state = state
-
-    def read(self) -> Iterable[Any]:
-        return self._state.get() or ()
-
-    def add(self, value: bytes) -> None:
-        self._state.add(value)
-
-    def clear(self) -> None:
-        self._state.clear()
