@@ -137,17 +137,10 @@ class FlinkJobOptions:
             may need more sets it higher before its first start.
         python_executable: Interpreter for the Python workers; None keeps
             ``python.executable`` from the Flink configuration.
-        python_execution_mode: ``"process"`` (default): the Python functions
-            run in worker processes, and each bundle's end writes the keyed
-            state it touched over gRPC, one blocking request per cell;
-            ``"thread"``: they run in an interpreter embedded in the task
-            manager's JVM, which reads and writes state in process, at about
-            half the CPU (docs/benchmarks.md, B6). Thread mode needs this
-            interpreter's packages at the same paths on every task manager
-            (the job sets ``python.pythonpath`` to its ``sys.path``), a Python
-            crash takes the task manager with it, and a savepoint restores only
-            into the mode it was taken in (docs/design.md, "Flink's Python
-            execution modes").
+        python_execution_mode: ``"process"`` (default): Python in worker
+            processes; ``"thread"``: embedded in the task manager's JVM, at
+            about half the CPU, with the limits docs/design.md gives
+            ("Flink's Python execution modes").
         job_name: Name shown in the Flink UI.
     """
 
@@ -287,9 +280,7 @@ def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
     if options.checkpoint_dir:
         settings["execution.checkpointing.dir"] = options.checkpoint_dir
     settings["python.execution-mode"] = options.python_execution_mode
-    if options.python_execution_mode == "thread":
-        # The embedded interpreter starts with its base installation's path
-        # only; the job's packages are where this interpreter finds them.
+    if options.python_execution_mode == "thread":  # embedded, it sees its base path only
         settings["python.pythonpath"] = os.pathsep.join(path for path in sys.path if path)
     return settings
 
