@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import Any
+from typing import Any, get_args
 
 from pyflink.common import Configuration, Encoder, Types, WatermarkStrategy
 from pyflink.datastream import (
@@ -177,7 +177,7 @@ class FlinkJobOptions:
         if self.event_order not in ("event_time", "arrival"):
             raise ConfigError(f"--event_order must be event_time or arrival, got "
                               f"{self.event_order!r}", field="event_order")
-        if self.python_execution_mode not in ("process", "thread"):
+        if self.python_execution_mode not in get_args(ExecutionMode):
             raise ConfigError(f"--python_execution_mode must be process or thread, got "
                               f"{self.python_execution_mode!r}", field="python_execution_mode")
         if self.parallelism is not None:
@@ -421,7 +421,7 @@ def job_parser() -> argparse.ArgumentParser:
          "worker processes (default {default}), or thread, embedded in the task manager's "
          "JVM at about half the CPU; thread needs this interpreter's packages at the same "
          "paths on every task manager, and a savepoint restores only into its own mode.",
-         choices=("process", "thread"))
+         choices=get_args(ExecutionMode))
     _add(flink, "job_name", "Name in the Flink UI.")
     add_agent_flags(parser)
     return parser
