@@ -80,11 +80,12 @@ class KeyedState:
         does: the outcome's seq, and each blob it carries. A blob the
         activation left unchanged is None in the outcome and kept from here,
         never dropped: a driver of `ActivationRuntime.activate` that wrote the
-        None would start the next event from empty memory.
+        None would start the next event from empty memory. The replay cache
+        is the exception: its entries serve only the committed seq, which no
+        later event runs with, so the next event starts from an empty one.
         """
         return KeyedState(
             memory=self.memory if outcome.memory is None else outcome.memory,
-            llm_cache=self.llm_cache if outcome.llm_cache is None else outcome.llm_cache,
             seq=outcome.seq,
             budget=self.budget if outcome.budget is None else outcome.budget)
 

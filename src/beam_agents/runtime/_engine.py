@@ -62,10 +62,7 @@ QUEUE_CELLS = ("queue", "dequeued", "queue_meta", "attempt", "retry_at_ms")
 
 @dataclass(frozen=True, slots=True)
 class KeyCells:
-    """One key's keyed state: the four activation cells and the queue's five.
-
-    ``attempt``: attempts made on the head; ``retry_at_ms``: when it may run again.
-    """
+    """One key's keyed state: the four activation cells and the queue's five (`QUEUE_CELLS`)."""
 
     state: StateCells
     queue: QueueCell
@@ -313,11 +310,9 @@ class KeyedEngine:
     def _still_current(self, key: Hashable, cells: KeyCells, running: Running) -> bool:
         """Whether the key's cells are still the ones `running` started from.
 
-        They are not when the key's state was restored or moved to another
-        worker and committed there while this activation ran (a rebalance, a
-        restore from an older checkpoint). Applying it then would commit a
-        seq twice or dequeue an event that is gone (invariants 1 and 6), so
-        the outcome is dropped; the queue still holds what must run.
+        Not after a restore or a move that committed elsewhere meanwhile;
+        applying it would commit a seq twice or dequeue an event that is gone
+        (invariants 1 and 6), so it is dropped, and the queue still holds it.
         """
         return ((cells.state.seq.read() or 0) == running.base_seq
                 and self._queue.holds(key, cells.queued, running.event))
@@ -325,14 +320,11 @@ class KeyedEngine:
     def settle(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
         """One round of a bounded input's end: finish the key's running activation, start its next.
 
-        Hosts call it for every key, round after round, so the end of the
-        input takes about one model latency per event on the longest queue,
-        not one per event in the worker (docs/design.md, "Event order on
-        every host"). A round waits for a free slot rather than skipping the
-        key, and drains only a key whose head is waiting out a retry's backoff.
-
-        Returns with the key's next activation running (`Step.wake_at_ms`
-        set: settle it again in the next round), or with the queue empty (None).
+        Hosts call it for every key, round after round (docs/design.md, "Event
+        order on every host"). A round waits for a free slot rather than
+        skipping the key, and drains only a key whose head waits out a retry.
+        Returns with the next activation running (`Step.wake_at_ms` set), or
+        with the queue empty.
         """
         running = self._scheduler.running(key)
         if running is not None:
@@ -354,13 +346,10 @@ class KeyedEngine:
              max_ahead: int) -> Step:
         """Backpressure for a host that runs events on arrival: return once `key` may take more.
 
-        Returning at once would let a bounded source be read to its end with
-        nearly every activation still queued, and an unbounded one pile events
-        into state as fast as it is read. So the caller (and with it the
-        input) waits while the key has more than `max_ahead` events queued,
-        its running one included, or while its next event waits for a slot.
-        It never waits out a suspended key's backoff: that key's later events
-        wait, the other keys go on (invariant 10).
+        The caller (and with it the input) waits while the key has more than
+        `max_ahead` events queued, its running one included, or while its next
+        event waits for a slot; never for a suspended key's backoff, so the
+        other keys go on (invariant 10; docs/design.md, "Bounded backlogs").
         """
         lines = list(step.lines)
         while step.wake_at_ms is not None:
@@ -401,9 +390,8 @@ class KeyedEngine:
         if isinstance(outcome, Committed):
             if outcome.memory is not None:
                 cells.state.memory.write(outcome.memory)
-            if outcome.llm_cache is not None:
-                cells.state.llm_cache.write(outcome.llm_cache)
             cells.state.seq.write(outcome.seq)
+            _empty_cache(cells)
             self._dequeue(key, cells, running.event)
             return [("intents", intent_to_json(intent)) for intent in outcome.intents]
         error = outcome.error
@@ -432,11 +420,10 @@ class KeyedEngine:
             self._metrics.inc(NAMESPACE, "retries_exhausted")
             count_dead_letter(self._metrics, error)
         if running.attempt > 1:
-            # Its suspensions kept this seq's paid calls in the cell, and a dead
-            # letter does not advance seq: left there, they would answer the
-            # key's next event, which runs with the same seq (invariant 1).
-            # Entries of older seqs can never be hit again, so the cell is emptied.
-            cells.state.llm_cache.write(_EMPTY_CACHE)
+            # Its suspensions kept this seq's paid calls, and the key's next
+            # event runs with the same seq (invariant 1). A first attempt's dead
+            # letter leaves the cell alone: it may be the corrupt blob reported.
+            _empty_cache(cells)
         self._dequeue(key, cells, running.event)
         return [("errors", error_to_json(error))]
 
@@ -448,3 +435,14 @@ class KeyedEngine:
         if cells.retry_at_ms.read():
             cells.retry_at_ms.write(0)
         self._metrics.inc(NAMESPACE, "queued", -1)
+
+
+def _empty_cache(cells: KeyCells) -> None:
+    """Drop the head's paid calls once it has run: they serve its seq only (invariant 3).
+
+    Kept, every activation would parse and every commit write calls that no
+    later seq looks up (docs/design.md, "The replay cache between activations").
+    """
+    held = cells.state.llm_cache.read()
+    if held and bytes(held) != _EMPTY_CACHE:
+        cells.state.llm_cache.write(_EMPTY_CACHE)

@@ -211,12 +211,13 @@ def test_a_save_over_the_stores_limits_fails_the_activation_at_the_flush_stage()
 
 
 def test_the_state_after_a_commit_keeps_each_blob_the_activation_left_unchanged() -> None:
-    """KeyedState.after: the outcome's seq and blobs; a None blob keeps the one before."""
+    """KeyedState.after: the outcome's seq and blobs; a None blob keeps the one before.
+
+    The replay cache alone starts empty: its entries served the committed seq.
+    """
     before = KeyedState(memory=b"memory", llm_cache=b"cache", seq=3, budget=b"budget")
     unchanged = Committed(seq=4, memory=None, llm_cache=None, intents=())
-    assert before.after(unchanged) == KeyedState(memory=b"memory", llm_cache=b"cache", seq=4,
-                                                 budget=b"budget")
+    assert before.after(unchanged) == KeyedState(memory=b"memory", seq=4, budget=b"budget")
     rewritten = Committed(seq=4, memory=b"m2", llm_cache=b"c2", intents=(), budget=b"b2")
-    assert before.after(rewritten) == KeyedState(memory=b"m2", llm_cache=b"c2", seq=4,
-                                                 budget=b"b2")
+    assert before.after(rewritten) == KeyedState(memory=b"m2", seq=4, budget=b"b2")
     assert KeyedState().after(unchanged) == KeyedState(seq=4)

@@ -176,6 +176,41 @@ def test_a_retry_replays_the_calls_the_failed_attempt_paid_for() -> None:
     assert paid == Counter({"first x": 1, "second x": 2})
 
 
+def test_the_replay_cache_holds_a_suspended_heads_paid_calls_and_nothing_once_it_commits() -> None:
+    """Invariants 1 and 3: the entries serve the seq they were paid under, and no later one."""
+    from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob  # noqa: PLC0415
+    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+
+    failed_once = threading.Event()
+
+    def answer(request: ModelRequest) -> str | BaseException:
+        content = str(request.messages[-1]["content"])
+        if content.startswith("second") and not failed_once.is_set():
+            failed_once.set()
+            return ProviderUnavailable("503")
+        return f"re: {content}"
+
+    def entries(cells: KeyCells) -> int:
+        return len(LlmCacheBlob.FromString(bytes(cells.state.llm_cache.read() or b"")).entries)
+
+    config = AgentConfig(agent="tests.agents:two_calls", retry=FAST_RETRY,
+                         model=ModelConfig(breaker=BreakerConfig(failure_threshold=1000)))
+    clock = Clock()
+    with start_runtime(config, provider=ScriptedModel(answer)) as runtime:
+        engine = KeyedEngine.over(runtime)
+        cells = KeyCells.in_process()
+        for n in range(2):
+            assert engine.enqueue("k", cells, event("k", n)) is None
+        engine.pump("k", cells, clock())  # starts e000
+        suspended = engine.pump("k", cells, clock(), wait_s=30)
+        assert suspended.lines == () and cells.attempt.read() == 1
+        assert entries(cells) == 1  # the first call, paid before the 503
+        lines = engine.drain("k", cells, clock_ms=clock).lines
+    assert [channel for channel, _ in lines] == ["intents", "intents"]
+    assert cells.state.seq.read() == 2
+    assert entries(cells) == 0
+
+
 def test_a_provider_that_never_recovers_dead_letters_each_event_after_max_attempts() -> None:
     model, calls = flaky({"down": 10**6})
     groups = {"down": [event("down", n) for n in range(2)], "up": [event("up", 0)]}
@@ -275,9 +310,10 @@ def test_a_key_past_max_queued_per_key_gets_backlog_dead_letters_and_others_go_o
     with start_runtime(config, metrics=metrics) as runtime:
         engine = KeyedEngine.over(runtime)
         hot, cold = KeyCells.in_process(), KeyCells.in_process()
+        # Queued without pumping, so no activation can finish (and make room)
+        # between two arrivals, however loaded the machine.
         refused = [line for n in range(4)
-                   for line in engine.offer("hot", hot, event("hot", n), 0).lines
-                   if line[0] == "errors"]
+                   if (line := engine.enqueue("hot", hot, event("hot", n))) is not None]
         engine.offer("cold", cold, event("cold", 0), 0)
         lines = [*engine.drain("hot", hot, clock_ms=Clock()).lines,
                  *engine.drain("cold", cold, clock_ms=Clock()).lines]
