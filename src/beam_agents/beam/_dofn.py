@@ -233,7 +233,9 @@ class AgentDoFn(beam.DoFn):
         else:
             step = engine.drain(key, cells, clock_ms=wall_ms)
         release.clear()
-        return self._emit(shared, key, Step(step.lines, step.wake_at_ms), wake, release)
+        # The next round calls back for the activation this one started; a
+        # wake timer as well would be one more callback per activation.
+        return self._emit(shared, key, Step(step.lines, None), wake, release)
 
     def teardown(self) -> None:
         """Leave the shared engine; the last copy out closes the clients."""
