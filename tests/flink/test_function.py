@@ -85,9 +85,28 @@ class _Group:
         pass
 
 
+class _CountingGroup(_Group):
+    """A metric group whose counters add up what reaches them, as Flink's do."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = defaultdict(int)
+        self.reports = 0
+
+    def counter(self, name: str) -> _Group:
+        group = self
+
+        class _Counter(_Group):
+            def inc(self, value: int = 1) -> None:
+                group.counts[name] += value
+                group.reports += 1
+
+        return _Counter()
+
+
 class _RuntimeContext:
-    def __init__(self, backend: _Backend) -> None:
+    def __init__(self, backend: _Backend, group: _Group | None = None) -> None:
         self._backend = backend
+        self._group = group if group is not None else _Group()
 
     def get_state(self, descriptor: Any) -> _Value:
         return _Value(self._backend, descriptor.name)
@@ -96,7 +115,7 @@ class _RuntimeContext:
         return _List(self._backend, descriptor.name)
 
     def get_metrics_group(self) -> _Group:
-        return _Group()
+        return self._group
 
 
 class _Context:
@@ -127,10 +146,11 @@ class _Context:
 class _Operator:
     """Runs the function like PyFlink's keyed operator: elements, then the timers it set."""
 
-    def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time") -> None:
+    def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
+                 group: _Group | None = None) -> None:
         self.backend = _Backend()
         self.function = AgentKeyedProcessFunction(config, event_order=event_order)
-        self.function.open(_RuntimeContext(self.backend))  # type: ignore[arg-type]
+        self.function.open(_RuntimeContext(self.backend, group))  # type: ignore[arg-type]
         self.engine = self.function._engine  # kept past close(), to read the queues
         self.processing_timers: set[tuple[int, str]] = set()
         self.event_timers: set[tuple[int, str]] = set()
@@ -386,3 +406,22 @@ def test_a_suspended_key_does_not_hold_the_input(monkeypatch: pytest.MonkeyPatch
     assert [c for c in calls if c.startswith("down")] == ["down: m0"]
     assert [p["text"] for p in _payloads(operator.intents, "up")] == ["ok up: m0"]
     assert waited_s < 5  # no element waited out the 60 s backoff
+
+
+def test_counters_wait_in_the_buffer_between_reports_and_the_drain_reports_them_all(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer calls into the JVM: reports come at most METRICS_EVERY_MS apart, and the drain
+    at the end of the input reports every count, so a finished job's counters are whole."""
+    monkeypatch.setattr(function_module, "METRICS_EVERY_MS", 10**9)
+    group = _CountingGroup()
+    operator = _Operator(AgentConfig(agent="tests.agents:counter"), group=group)
+    keys = [f"k{k}" for k in range(3)]
+    try:
+        for n, key in itertools.product(range(4), keys):
+            operator.element(key, _event(key, n))
+        assert group.reports == 0  # twelve callbacks, nothing reported yet
+        operator.end_of_input()
+        assert group.counts["activations"] == 12 and group.counts["committed"] == 12
+    finally:
+        operator.close()
+    assert len(operator.intents) == 12
