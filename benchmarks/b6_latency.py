@@ -114,18 +114,16 @@ def _in_process(run: Callable[[], float]) -> tuple[float, float]:
 
 
 class _Flink:
-    """The Flink path's job runs by size, kept for the figures only their commits give."""
+    """One Flink path: its job's input lines by size, and its runs, kept for their commits."""
 
-    def __init__(self, flags: list[str]) -> None:
+    def __init__(self, flags: list[str], counts: tuple[int, int]) -> None:
         self.flags = [*_FLINK_FLAGS, *flags]
+        self.lines = {"small": _json_lines(counts[0]), "large": _json_lines(counts[1])}
         self.runs: dict[str, list[_flink.JobRun]] = {"small": [], "large": []}
 
-    def measure_size(self, sizes: dict[str, list[Any]]) -> Callable[[str], tuple[float, float]]:
-        """A measure of one size, by name, of `sizes`."""
-        return lambda size: self.measure(len(sizes[size]), size)
-
-    def measure(self, count: int, size: str) -> tuple[float, float]:
-        run = _flink.run_job(_json_lines(count), self.flags)
+    def measure(self, size: str) -> tuple[float, float]:
+        """Wall and CPU seconds of one job over the input of `size` ("small" or "large")."""
+        run = _flink.run_job(self.lines[size], self.flags)
         self.runs[size].append(run)
         return run.wall_s, run.cpu_s
 
@@ -246,21 +244,20 @@ def run(profile: Profile) -> dict[str, Any]:
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     small, large = (KEYS, 10 * KEYS) if profile.quick else (4 * KEYS, 24 * KEYS)
     # A Flink job's start-up alone costs 15-35 s of CPU, varying by seconds
-    # from run to run; its large size is four times the others' so that this
-    # noise stays a small share of the difference.
-    flink_large = large if profile.quick else 4 * large
+    # from run to run; its large size is sixteen times the others' so that
+    # this noise stays under 0.2 ms an event of the difference.
+    flink_large = large if profile.quick else 16 * large
     counts = {name: (small, flink_large if name in _FLINK_MODES else large) for name in _PATHS}
     serial_count = 10 if profile.quick else 25
     reps = 1 if profile.quick else 3
     orphans_adopted = _flink.adopt_orphans()
-    jobs = {name: _Flink(flags) for name, flags in _FLINK_MODES.items()}
-    sizes = {"small": _keyed(small), "large": _keyed(large), "flink_large": _keyed(flink_large)}
+    jobs = {name: _Flink(flags, counts[name]) for name, flags in _FLINK_MODES.items()}
+    sizes = {"small": _keyed(small), "large": _keyed(large)}
     measures: dict[str, Callable[[str], tuple[float, float]]] = {
         "batch": lambda size: _in_process(lambda: run_batch(_CONFIG, sizes[size])),
         "streaming": lambda size: _in_process(
             lambda: run_streaming(_CONFIG, sizes[size], step=KEYS)),
-        **{name: job.measure_size({"small": sizes["small"], "large": sizes["flink_large"]})
-           for name, job in jobs.items()},
+        **{name: job.measure for name, job in jobs.items()},
     }
     marginal: dict[str, list[float]] = {name: [] for name in _PATHS}
     cpus: dict[str, list[float]] = {name: [] for name in _PATHS}
