@@ -147,8 +147,9 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         engine, key = self._started(), ctx.get_current_key()
         timers = ctx.timer_service()
         self._forget()
-        drain = ctx.time_domain() == TimeDomain.EVENT_TIME and timestamp >= END_OF_INPUT_MS
-        if ctx.time_domain() != TimeDomain.EVENT_TIME:
+        event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        drain = event_time and timestamp >= END_OF_INPUT_MS
+        if not event_time:
             step = engine.pump(key, self._cells, timers.current_processing_time())
         elif drain:
             step = engine.drain(key, self._cells, clock_ms=wall_ms)
