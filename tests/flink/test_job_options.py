@@ -146,7 +146,7 @@ def test_metrics_reach_the_group_only_when_flushed() -> None:
 
 
 @pytest.mark.parametrize(("order", "flag", "size"), [
-    ("event_time", None, 1_000), ("arrival", None, 16), ("event_time", 4, 4), ("arrival", 4, 4)])
+    ("event_time", None, 100_000), ("arrival", None, 16), ("event_time", 4, 4), ("arrival", 4, 4)])
 def test_the_bundle_size_follows_the_event_order_unless_given(
         order: str, flag: int | None, size: int) -> None:
     """Event time queues elements and runs rounds no checkpoint interrupts: large bundles."""

@@ -109,8 +109,8 @@ class FlinkJobOptions:
             In event-time order an element only queues, and the end of the
             input runs in rounds no checkpoint can interrupt; there each
             bundle's end writes every keyed state it touched with one
-            blocking request each, so large bundles write a key once for
-            several rounds.
+            blocking request each, stalling every key, so bundles are large;
+            a checkpoint still ends the one in flight.
         bundle_time_ms: Longest a bundle stays open before it is processed.
         python_managed_memory: Share one Python worker per slot, budgeted from
             managed memory (Flink's default). Off by default: in PyFlink 2.3,
@@ -251,8 +251,9 @@ def _file_sink(path: str, prefix: str) -> FileSink:
             .with_output_file_config(names).build())
 
 
-#: Bundle sizes `FlinkJobOptions.bundle_size` = None picks, by event order.
-AUTO_BUNDLE_SIZE = {"event_time": 1_000, "arrival": 16}
+#: Bundle sizes `FlinkJobOptions.bundle_size` = None picks, by event order; in
+#: event time PyFlink's own (docs/design.md, "Flink's Python execution modes").
+AUTO_BUNDLE_SIZE = {"event_time": 100_000, "arrival": 16}
 
 
 def bundle_size_in_use(options: FlinkJobOptions) -> int:
