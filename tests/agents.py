@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import zlib
@@ -43,6 +44,30 @@ def sleepy(ctx: AgentContext) -> None:
     import threading  # noqa: PLC0415
 
     threading.Event().wait(30)
+
+
+#: What `unwinding` saw: whether its cleanup ran after the cancel.
+UNWOUND: list[str] = []
+
+
+async def unwinding(ctx: AgentContext) -> None:
+    """Awaits far past any test timeout, and records that its cleanup ran when cancelled."""
+    try:
+        await asyncio.sleep(30)
+    finally:
+        UNWOUND.append(ctx.event.event_id)
+
+
+async def stubborn(ctx: AgentContext) -> None:
+    """Swallows the cancel its timeout sends, and emits as if nothing had happened."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(30)
+    ctx.emit("done", {"late": True})
+
+
+async def own_timeout(ctx: AgentContext) -> None:
+    """Raises a TimeoutError of its own, long before its activation's timeout."""
+    raise TimeoutError("the agent's own deadline")
 
 
 def overflow(ctx: AgentContext) -> None:

@@ -139,6 +139,34 @@ def test_a_timeout_yields_a_timeout_error_record() -> None:
     assert "50 ms" in outcome.error.message
 
 
+def test_an_async_agent_past_its_timeout_is_cancelled_and_unwinds() -> None:
+    from tests.agents import UNWOUND  # noqa: PLC0415
+
+    UNWOUND.clear()
+    started = time.monotonic()
+    with runtime("unwinding", timeout_ms=50) as rt:
+        outcome = rt.activate(KeyedState(), event(event_id="e-late"))
+    assert isinstance(outcome, Failed)
+    assert outcome.error.stage == ErrorRecord.STAGE_TIMEOUT
+    assert UNWOUND == ["e-late"]  # its finally ran before the outcome
+    assert time.monotonic() - started < 10  # not the agent's 30 s
+
+
+def test_an_agent_that_swallows_the_cancel_still_times_out_and_emits_nothing() -> None:
+    with runtime("stubborn", timeout_ms=50) as rt:
+        outcome = rt.activate(KeyedState(), event())
+    assert isinstance(outcome, Failed)
+    assert outcome.error.stage == ErrorRecord.STAGE_TIMEOUT
+
+
+def test_an_agents_own_timeout_error_is_its_failure_not_the_activation_timeout() -> None:
+    with runtime("own_timeout", timeout_ms=60_000) as rt:
+        outcome = rt.activate(KeyedState(), event())
+    assert isinstance(outcome, Failed)
+    assert outcome.error.stage != ErrorRecord.STAGE_TIMEOUT
+    assert "the agent's own deadline" in outcome.error.message
+
+
 @pytest.mark.parametrize("cell", ["memory", "llm_cache"])
 def test_a_corrupt_state_blob_fails_with_state_corrupt(cell: str) -> None:
     state = KeyedState(**{cell: b"\xff\xff\xff"}, seq=7)  # type: ignore[arg-type]
