@@ -24,6 +24,7 @@ from beam_agents.runtime import (
     KeyedState,
 )
 from beam_agents.stores import InMemoryLongtermStore
+from tests import agents
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,19 +141,17 @@ def test_a_timeout_yields_a_timeout_error_record() -> None:
 
 
 def test_an_async_agent_past_its_timeout_is_cancelled_and_unwinds() -> None:
-    from tests.agents import UNWOUND  # noqa: PLC0415
-
-    UNWOUND.clear()
+    agents.UNWOUND.clear()
     started = time.monotonic()
     with runtime("unwinding", timeout_ms=50) as rt:
         outcome = rt.activate(KeyedState(), event(event_id="e-late"))
     assert isinstance(outcome, Failed)
     assert outcome.error.stage == ErrorRecord.STAGE_TIMEOUT
-    assert UNWOUND == ["e-late"]  # its finally ran before the outcome
+    assert agents.UNWOUND == ["e-late"]  # its finally ran before the outcome
     assert time.monotonic() - started < 10  # not the agent's 30 s
 
 
-def test_an_agent_that_swallows_the_cancel_still_times_out_and_emits_nothing() -> None:
+def test_an_agent_that_swallows_the_cancel_still_times_out() -> None:
     with runtime("stubborn", timeout_ms=50) as rt:
         outcome = rt.activate(KeyedState(), event())
     assert isinstance(outcome, Failed)
