@@ -102,6 +102,10 @@ def run_target(target: str, *, runs: int, seed: int | None = None,
             f"-max_len={MAX_LEN.get(target, _DEFAULT_MAX_LEN)}",
             f"-timeout={PER_INPUT_TIMEOUT_S}",
             "-rss_limit_mb=2048",
+            # No re-reading of the scratch corpus: a reload runs the files a
+            # reduction left behind, and one that falls in the last loop adds
+            # them to the total past -runs, so the count depended on the clock.
+            "-reload=0",
             f"-artifact_prefix={crashes_dir}{os.sep}",
             *([f"-seed={seed}"] if seed is not None else []),
             *([f"-dict={DICTIONARIES[target]}"] if target in DICTIONARIES else []),
