@@ -12,7 +12,7 @@ BEAM_VERSION  := $(shell cat templates/dataflow/beam-version.txt)
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test test-dev test-latest envs lint protos demo demo-streaming soak bench fuzz mutate clean
+.PHONY: test test-dev test-dev-flink test-dev-rest test-latest envs lint protos demo demo-streaming soak bench fuzz mutate clean
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -51,19 +51,25 @@ lint: $(VENV)/.installed
 ENVS := $(VENV)/.installed $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
 envs: $(ENVS)
 
-# The two lines run side by side: the suite waits on model latency, servers
-# and JVMs far more than it computes (it keeps one of two cores busy), and
-# each line's output is printed whole once it ends.
+# The suite runs as three pytest processes side by side: the dev line in two
+# parts (its Flink suite, a third of its time, and the rest) and the
+# Beam-latest line. The suite waits on model latency, servers and JVMs far
+# more than it computes (one process keeps about one of two cores busy), and
+# each part's output is printed whole once it ends.
 test:
 	$(MAKE) --no-print-directory -j4 envs
 	$(MAKE) --no-print-directory lint
 	mkdir -p .pytest-tmp
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-dev test-latest
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-dev-flink test-dev-rest test-latest
 
-# Everything, on the dev line (Beam 2.61 + PyFlink).
-test-dev: $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
-	CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest \
-	    --basetemp=$(abspath .pytest-tmp)/dev
+# Everything, on the dev line (Beam 2.61 + PyFlink): its two parts.
+test-dev: test-dev-flink test-dev-rest
+DEV_PYTEST = CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
+DEV_ENVS = $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+test-dev-flink: $(DEV_ENVS)
+	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev-flink tests/flink
+test-dev-rest: $(DEV_ENVS)
+	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev --ignore=tests/flink
 # The Beam-latest line: the core and the Beam adapter, on what Dataflow runs.
 test-latest: $(LATEST)/.installed
 	$(LATEST)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/latest \
