@@ -57,6 +57,10 @@ class BeamMetrics(BufferedMetrics):
     `flush`, which the DoFns call from their bundle thread after each element.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._distributions: dict[tuple[str, str], Any] = {}
+
     def _counter(self, namespace: str, name: str) -> Any:
         counter = Metrics.counter(namespace, name)
         tally = _tally
@@ -64,15 +68,24 @@ class BeamMetrics(BufferedMetrics):
 
     def _report_peak(self, namespace: str, name: str, value: int) -> None:
         # A distribution's max over all workers and bundles is the peak.
-        Metrics.distribution(namespace, name).update(value)
+        self._distribution(namespace, name).update(value)
         tally = _tally
         if tally is not None:
             with _tally_lock:
                 tally.peak(namespace, name, value)
 
     def _report_sample(self, namespace: str, name: str, value: int) -> None:
-        Metrics.distribution(namespace, name).update(value)
+        self._distribution(namespace, name).update(value)
         tally = _tally
         if tally is not None:
             with _tally_lock:
                 tally.observe(namespace, name, value)
+
+    def _distribution(self, namespace: str, name: str) -> Any:
+        # Built once per name, as the counters are: building one costs more
+        # than the update, and it finds the bundle's container at each update.
+        key = (namespace, name)
+        distribution = self._distributions.get(key)
+        if distribution is None:
+            distribution = self._distributions[key] = Metrics.distribution(namespace, name)
+        return distribution
