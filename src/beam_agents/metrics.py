@@ -110,6 +110,7 @@ class BufferedMetrics:
         self._samples: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         self._bound: dict[tuple[str, str], Any] = {}
+        self._distributions: dict[tuple[str, str], Any] = {}
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Buffer an increment of ``namespace:name``; safe from any thread."""
@@ -158,4 +159,20 @@ class BufferedMetrics:
 
     def _counter(self, namespace: str, name: str) -> Any:
         """The engine's counter for ``namespace:name``, anything with ``inc``."""
+        raise NotImplementedError
+
+    def _distribution(self, namespace: str, name: str) -> Any:
+        """The engine's distribution for ``namespace:name``, built once (`_new_distribution`).
+
+        Building one costs more than an update (Beam's finds the calling
+        bundle at each update), so one per name serves every later update.
+        """
+        key = (namespace, name)
+        distribution = self._distributions.get(key)
+        if distribution is None:
+            distribution = self._distributions[key] = self._new_distribution(namespace, name)
+        return distribution
+
+    def _new_distribution(self, namespace: str, name: str) -> Any:
+        """A new distribution of the engine for ``namespace:name``, anything with ``update``."""
         raise NotImplementedError

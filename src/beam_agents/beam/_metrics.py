@@ -57,10 +57,6 @@ class BeamMetrics(BufferedMetrics):
     `flush`, which the DoFns call from their bundle thread after each element.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._distributions: dict[tuple[str, str], Any] = {}
-
     def _counter(self, namespace: str, name: str) -> Any:
         counter = Metrics.counter(namespace, name)
         tally = _tally
@@ -81,11 +77,5 @@ class BeamMetrics(BufferedMetrics):
             with _tally_lock:
                 tally.observe(namespace, name, value)
 
-    def _distribution(self, namespace: str, name: str) -> Any:
-        # Built once per name, as the counters are: building one costs more
-        # than the update, and it finds the bundle's container at each update.
-        key = (namespace, name)
-        distribution = self._distributions.get(key)
-        if distribution is None:
-            distribution = self._distributions[key] = Metrics.distribution(namespace, name)
-        return distribution
+    def _new_distribution(self, namespace: str, name: str) -> Any:
+        return Metrics.distribution(namespace, name)

@@ -23,7 +23,6 @@ class FlinkMetrics(BufferedMetrics):
         super().__init__()
         self._group = group
         self._highest: dict[tuple[str, str], int] = {}
-        self._distributions: dict[tuple[str, str], Any] = {}
 
     def _counter(self, namespace: str, name: str) -> Any:
         return self._group.add_group(namespace).counter(name)
@@ -35,9 +34,7 @@ class FlinkMetrics(BufferedMetrics):
         self._highest[key] = max(self._highest.get(key, value), value)
 
     def _report_sample(self, namespace: str, name: str, value: int) -> None:
-        key = (namespace, name)
-        distribution = self._distributions.get(key)
-        if distribution is None:
-            distribution = self._distributions[key] = (
-                self._group.add_group(namespace).distribution(name))
-        distribution.update(value)
+        self._distribution(namespace, name).update(value)
+
+    def _new_distribution(self, namespace: str, name: str) -> Any:
+        return self._group.add_group(namespace).distribution(name)
