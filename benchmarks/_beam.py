@@ -8,9 +8,10 @@
 * `run_streaming`: ``TestStream -> ParDo(AgentDoFn(config)) -> tally`` on the
   streaming DirectRunner, the library's streaming path. The stream first
   advances processing time a day past the wall clock: the runner's test
-  clock starts at epoch 0 and the engine schedules its poll timers from the
-  wall clock, so from then on every timer the engine sets is due when the
-  runner next looks (tests/beam/test_streaming.py drives it the same way).
+  clock starts at epoch 0 and the engine sets its wake timers from the wall
+  clock, so from then on every wake is due when the runner next looks, and
+  waits there for the key's activation (tests/beam/test_streaming.py drives
+  it the same way).
 
 Every shape counts the lines that reach its end in this process and checks
 that each event produced one, so a benchmark cannot time a pipeline that
@@ -33,7 +34,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_agents.beam import ERRORS, AgentBatchDoFn, AgentDoFn
-from beam_agents.runtime import AgentConfig
+from beam_agents.runtime import AgentConfig, AgentEvent
 
 __all__ = ["run_bare", "run_batch", "run_streaming"]
 
@@ -108,19 +109,26 @@ def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
                   step: int) -> float:
     """Wall seconds of the streaming path: ``TestStream -> AgentDoFn`` on the streaming runner.
 
-    The events arrive `step` at a time, in input order, each group followed by
-    a processing-time advance and a watermark advance; the watermark then
-    goes to infinity, which drains whatever is still queued. Lines are
-    tallied by a plain Map: a GroupByKey after `AgentDoFn` could close before
-    the DoFn's last timers fire on this runner (see `AgentDoFn`).
+    The events arrive `step` at a time, in input order, each stamped with
+    its event time, as the library's own source stamps them; each group is
+    followed by a processing-time advance and a watermark advance past the
+    group's latest event time, as a source's watermark follows what it has
+    read. In event-time order, the default, an event runs once the
+    watermark has passed it, so the events run while the input still
+    arrives; the watermark then goes to infinity, and the end-of-input
+    rounds run whatever is still queued. Lines are tallied by a plain Map:
+    a GroupByKey after `AgentDoFn` could close before the DoFn's last timers
+    fire on this runner (see `AgentDoFn`).
     """
     stream = TestStream().advance_processing_time(int(time.time()) + 86_400)
-    for index, start in enumerate(range(0, len(elements), step), start=1):
-        batch = elements[start:start + step]
+    for start in range(0, len(elements), step):
+        batch = [(element, AgentEvent.FromString(element[1]).event_time_ms)
+                 for element in elements[start:start + step]]
         stream = (stream
-                  .add_elements([TimestampedValue(element, index) for element in batch])
+                  .add_elements([TimestampedValue(element, at_ms / 1000)
+                                 for element, at_ms in batch])
                   .advance_processing_time(1)
-                  .advance_watermark_to(index))
+                  .advance_watermark_to((max(at_ms for _, at_ms in batch) + 1) / 1000))
     options = PipelineOptions(["--runner=DirectRunner"])
     options.view_as(StandardOptions).streaming = True
     pipeline = beam.Pipeline(options=options)

@@ -13,8 +13,9 @@ and is measured against the serial rate taken in the same repetition:
 * batch: the library's batch path on the DirectRunner
   (``Create -> GroupByKey -> AgentBatchDoFn``, `benchmarks._beam.run_batch`);
 * streaming: `AgentDoFn` on the streaming DirectRunner, fed by a TestStream
-  one event per key per step, with processing time advanced so that its
-  poll timers fire (`benchmarks._beam.run_streaming`);
+  one event per key per step, each stamped with its event time and followed
+  by a watermark past it, with processing time advanced so that its wake
+  timers fire (`benchmarks._beam.run_streaming`);
 * flink: the native job (``templates/flink/agent_job.py``) on a local
   MiniCluster at parallelism 1, checkpointing every second
   (`benchmarks._flink.run_job`), its Python functions in worker processes
@@ -67,8 +68,9 @@ _FLINK_MODES = {"flink": ["--python_execution_mode", "process"],
                 "flink_thread": ["--python_execution_mode", "thread"]}
 _RUNNERS = {
     "batch": "Create -> GroupByKey -> AgentBatchDoFn on the DirectRunner (FnApiRunner, 1 worker)",
-    "streaming": ("TestStream -> AgentDoFn on the streaming DirectRunner, processing time "
-                  "advanced past the wall clock"),
+    "streaming": ("TestStream -> AgentDoFn on the streaming DirectRunner, elements stamped "
+                  "with their event time, the watermark advanced past each step, processing "
+                  "time advanced past the wall clock"),
     "flink": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
               "checkpoints every 1 s, Python in worker processes"),
     "flink_thread": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
@@ -193,11 +195,14 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                  "when its activation finishes; it loses the turn between one activation's "
                  "end and the key's next start, and the runner's per-element work. ")
     if "streaming" in paths:
-        text += ("Streaming: the engine is driven by each key's wake timer. With the "
-                 "runner's processing time a day ahead of the wall clock, every timer the "
-                 "engine sets is due at once, and the runner fires them one after another "
-                 "on one thread, so it keeps a core busy and a finished activation waits "
-                 "for the runner to come round to its key. ")
+        text += ("Streaming: each event runs once the watermark has passed it, while the "
+                 "input still arrives; the engine is driven by the arrival, the release "
+                 "timer and each key's wake timer, about three callbacks per event. With "
+                 "the runner's processing time a day ahead of the wall clock, every wake "
+                 "is due at once and waits there for its key's activation; the runner "
+                 "fires the due timers of a step in one bundle, one after another on one "
+                 "thread, and adds the test stream's next step only when no timer is due, "
+                 "so a key often finds its next event not yet arrived. ")
     flink = paths.get("flink")
     if flink is not None:
         text += (f"Flink ({flink['rate_from']}): in event-time order, the default, the job "
@@ -206,7 +211,7 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                  "per activation is the JVM's and the Python worker's together: keyed "
                  "state and timers live in the JVM, and at each bundle's end the worker "
                  "writes every state the bundle touched with one blocking request, so "
-                 "bundles of 1,000 (the event-time default) write a key once for several "
+                 "bundles of 100,000 (the event-time default) write a key once for several "
                  "rounds where bundles of 16 wrote it every round. ")
         gaps = flink["final_commit_gap_s"]
         if "large" in gaps:

@@ -67,6 +67,8 @@ _DRAIN = GlobalWindow().max_timestamp()
 #: The first end-of-input round; round *r* fires 1 µs after round *r - 1*.
 #: A key never holds more than ``max_queued_per_key`` (at most 10 000 000) events.
 _FIRST_ROUND = Timestamp(micros=_DRAIN.micros - 10_000_001)
+#: The longest a wake fired early waits for the key's activation, in ms.
+_MAX_EARLY_WAKE_MS = 1_000
 #: Release times are kept below the rounds.
 _LAST_RELEASE_MS = _FIRST_ROUND.micros // 1000 - 1
 
@@ -152,6 +154,7 @@ class AgentDoFn(beam.DoFn):
     def on_wake(  # noqa: PLR0917 - Beam binds state and timers positionally
         self,
         key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
         memory: Any = beam.DoFn.StateParam(MEMORY),
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
@@ -165,8 +168,17 @@ class AgentDoFn(beam.DoFn):
         wake: Any = _WAKE_TIMER,
         release: Any = _RELEASE_TIMER,
     ) -> Iterator[Any]:
-        """Apply the key's finished activation, if any, and start its next one."""
+        """Apply the key's finished activation, if any, and start its next one.
+
+        A runner whose processing time runs ahead of the wall clock (a test
+        stream's) fires the wake before the time it was set for; the key then
+        waits out the difference, up to `_MAX_EARLY_WAKE_MS`, for its
+        activation, instead of being called back on every pass of the runner.
+        """
         shared = self._require_shared()
+        early_ms = min(fired.micros // 1000 - wall_ms(), _MAX_EARLY_WAKE_MS)
+        if early_ms > 0:
+            shared.engine.await_running(key, timeout_s=early_ms / 1000)
         cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
                          attempt, retry_at)
         step = self._pump(shared, key, cells, watermark.read())

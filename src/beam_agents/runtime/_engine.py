@@ -291,6 +291,15 @@ class KeyedEngine:
                 held_until = upcoming
         return Step(tuple(lines), self._wake_at(key, after, now_ms), held_until)
 
+    def await_running(self, key: Hashable, *, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for the key's running activation to finish; at once if none runs.
+
+        For a host called back before the time it asked for (docs/design.md,
+        "Waking a key"): waiting out the difference is one callback, where
+        returning would be one for every pass its runner makes over due timers.
+        """
+        self._scheduler.wait_for(key, timeout_s)
+
     def _observe_head_age(self, key: Hashable, cells: KeyCells, now_ms: int) -> None:
         """Sample the age of the head, the key's oldest queued event, as it first starts."""
         head_time = self._queue.head_time(key, cells.queued)

@@ -201,6 +201,16 @@ class Scheduler:
             self._metrics.inc(NAMESPACE, "in_flight", -1)
         return running, outcome
 
+    def wait_for(self, key: Hashable, timeout_s: float) -> None:
+        """Block until the key's running activation finishes, or `timeout_s` passes.
+
+        At once if the key runs nothing; the outcome stays for `take`.
+        """
+        with self._lock:
+            running = self._by_key.get(key)
+        if running is not None:
+            concurrent.futures.wait([running.future], timeout=timeout_s)
+
     def wait_for_slot(self, timeout_s: float) -> None:
         """Block until a slot is free, or `timeout_s` passes; at once if one is.
 

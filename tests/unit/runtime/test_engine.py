@@ -11,6 +11,7 @@ import itertools
 import json
 import random
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -427,3 +428,26 @@ def test_a_key_taken_before_the_done_callback_starts_again_within_max_in_flight(
         runtime.release.set()
         finisher.join(30)
     assert scheduler.busy == 1  # the late callback frees nothing twice
+
+
+def test_wait_for_returns_when_the_activation_finishes_and_leaves_its_outcome() -> None:
+    """At once for a key that runs nothing; at the finish, not the timeout; at the timeout else."""
+    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+
+    runtime = _HeldCallbacks()
+    runtime.release.set()  # the callbacks run at once
+    scheduler = Scheduler(runtime, max_in_flight=2, metrics=RecordingMetrics())  # type: ignore[arg-type]
+    state = KeyedState(memory=None, llm_cache=None, seq=0, budget=None)
+    begun = time.monotonic()
+    scheduler.wait_for("idle", 30)
+    assert time.monotonic() - begun < 10  # not the 30 s timeout
+    assert scheduler.try_start("a", state, event("a", 1), attempt=1)
+    scheduler.wait_for("a", 0.01)
+    assert not runtime.futures[0].done()
+    finisher = threading.Timer(0.05, runtime.futures[0].set_result, args=("done",))
+    finisher.start()
+    begun = time.monotonic()
+    scheduler.wait_for("a", 30)
+    assert runtime.futures[0].done() and time.monotonic() - begun < 10
+    assert scheduler.take("a") is not None  # the wait took nothing
+    finisher.join(30)
