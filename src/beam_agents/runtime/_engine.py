@@ -292,12 +292,7 @@ class KeyedEngine:
         return Step(tuple(lines), self._wake_at(key, after, now_ms), held_until)
 
     def await_running(self, key: Hashable, *, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for the key's running activation to finish; at once if none runs.
-
-        For a host called back before the time it asked for (docs/design.md,
-        "Waking a key"): waiting out the difference is one callback, where
-        returning would be one for every pass its runner makes over due timers.
-        """
+        """Wait up to `timeout_s` for the key's activation to end (design notes, "Waking a key")."""
         self._scheduler.wait_for(key, timeout_s)
 
     def _observe_head_age(self, key: Hashable, cells: KeyCells, now_ms: int) -> None:
@@ -375,10 +370,8 @@ class KeyedEngine:
     def drain(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
         """Run the key's queue to the end, blocking: the end of a bounded input.
 
-        Bounded inputs end without processing time moving on (a finished
-        file, a finished test stream), so hosts call this from an end-of-input
-        callback (an event-time timer at the end of time) and nothing stays
-        queued. Retries still wait out their backoff, on the host's clock.
+        Called from an end-of-input callback, as a finished input moves no
+        processing time on; retries still wait out their backoff.
         """
         now = clock_ms
         lines: list[tuple[Channel, bytes]] = []
