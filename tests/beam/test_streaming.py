@@ -297,7 +297,7 @@ def test_a_wake_that_fires_before_its_time_waits_for_the_activation(
 
     Without the wait, each 40 ms activation is pumped on every pass the
     runner makes over its due timers, tens of times; with it, an event costs
-    its arrival, its release by the watermark and about one wake.
+    its arrival, its release by the watermark and one wake.
     """
     counted = AgentDoFn._pump
 
@@ -314,4 +314,6 @@ def test_a_wake_that_fires_before_its_time_waits_for_the_activation(
     assert errors == [] and len(intents) == 12
     assert {key: [i["seq"] for i in rows] for key, rows in by_key(intents).items()} == {
         key: [1, 2, 3, 4] for key in ("a", "b", "c")}
-    assert PUMPS["pumps"] <= 4 * len(intents), PUMPS
+    # Three callbacks an event, and one spare a key: waiting only up to the
+    # wake's own time, an activation a little late cost a second wake.
+    assert PUMPS["pumps"] <= 3 * len(intents) + 3, PUMPS

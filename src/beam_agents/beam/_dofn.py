@@ -172,13 +172,12 @@ class AgentDoFn(beam.DoFn):
 
         A runner whose processing time runs ahead of the wall clock (a test
         stream's) fires the wake before the time it was set for; the key then
-        waits out the difference, up to `_MAX_EARLY_WAKE_MS`, for its
-        activation, instead of being called back on every pass of the runner.
+        waits for its activation, up to `_MAX_EARLY_WAKE_MS`, instead of being
+        called back on every pass of the runner.
         """
         shared = self._require_shared()
-        early_ms = min(fired.micros // 1000 - wall_ms(), _MAX_EARLY_WAKE_MS)
-        if early_ms > 0:
-            shared.engine.await_running(key, timeout_s=early_ms / 1000)
+        if fired.micros // 1000 > wall_ms():
+            shared.engine.await_running(key, timeout_s=_MAX_EARLY_WAKE_MS / 1000)
         cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
                          attempt, retry_at)
         step = self._pump(shared, key, cells, watermark.read())
