@@ -318,3 +318,4 @@ def test_a_wake_that_fires_before_its_time_waits_for_the_activation(
     # About one wake an activation; at most two, as on a loaded machine a
     # wake that fired at its time may find its activation still running.
     assert PUMPS["on_wake"] <= 2 * len(intents), PUMPS
+    assert sum(PUMPS.values()) <= 4 * len(intents), PUMPS
