@@ -26,17 +26,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import TimerSpec, on_timer
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
+from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents.beam import ERRORS, AgentBatchDoFn, AgentDoFn
 from beam_agents.runtime import AgentConfig, AgentEvent
 
-__all__ = ["run_bare", "run_batch", "run_streaming"]
+__all__ = ["StreamingFloorDoFn", "run_bare", "run_batch", "run_streaming",
+           "run_streaming_floor"]
 
 _KEYED = beam.typehints.Tuple[bytes, bytes]
 _BATCH_FLAGS = ["--runner=DirectRunner", "--direct_num_workers=1",
@@ -120,6 +126,16 @@ def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
     a GroupByKey after `AgentDoFn` could close before the DoFn's last timers
     fire on this runner (see `AgentDoFn`).
     """
+    return _run_stream(AgentDoFn(config), elements, step)
+
+
+def run_streaming_floor(latency_ms: int, elements: list[tuple[bytes, bytes]], *,
+                        step: int) -> float:
+    """Wall seconds of `run_streaming`'s pipeline with `StreamingFloorDoFn` in the DoFn's place."""
+    return _run_stream(StreamingFloorDoFn(latency_ms), elements, step)
+
+
+def _run_stream(dofn: Any, elements: list[tuple[bytes, bytes]], step: int) -> float:
     stream = TestStream().advance_processing_time(int(time.time()) + 86_400)
     for start in range(0, len(elements), step):
         batch = [(element, AgentEvent.FromString(element[1]).event_time_ms)
@@ -134,7 +150,136 @@ def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
     pipeline = beam.Pipeline(options=options)
     outputs = (pipeline
                | "Events" >> stream.advance_watermark_to_infinity()
-               | "Activate" >> beam.ParDo(AgentDoFn(config)).with_input_types(_KEYED)
+               | "Activate" >> beam.ParDo(dofn).with_input_types(_KEYED)
                .with_outputs(ERRORS, main="intents"))
     _ = outputs.intents | "Tally" >> beam.Map(_tally_one)
     return _run(pipeline, len(elements))
+
+
+_FLOOR_WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
+_FLOOR_RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
+_FLOOR_END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+_FLOOR_WAKE_TIMER = beam.DoFn.TimerParam(_FLOOR_WAKE)
+_FLOOR_RELEASE_TIMER = beam.DoFn.TimerParam(_FLOOR_RELEASE)
+_FLOOR_END_TIMER = beam.DoFn.TimerParam(_FLOOR_END)
+#: Per key, when each of its floor "activations" started (monotonic seconds).
+_FLOOR_STARTED: dict[bytes, deque[float]] = {}
+_FLOOR_LOCK = threading.Lock()
+
+
+class StreamingFloorDoFn(beam.DoFn):
+    """The streaming runner's own cost of `AgentDoFn`'s protocol, with no library code in it.
+
+    It declares `AgentDoFn`'s ten state cells (the same specs) and its three
+    timers, binds all of them in each callback as `AgentDoFn` does, and is
+    called back as often: on arrival it queues the event and sets the
+    release timer at the event's time (and the end-of-input timer); on
+    release it starts an "activation", which is nothing but a clock reading,
+    and sets the wake timer `latency_ms` later; on wake it waits for what is
+    left of `latency_ms`, as `AgentDoFn` waits for a wake fired early, and
+    emits one line. What the runner spends on this is what any DoFn of the
+    same shape pays on it, so B6 subtracts it to give the library's own CPU
+    per activation, measured in the same run.
+    """
+
+    def __init__(self, latency_ms: int) -> None:
+        super().__init__()
+        self._latency_s = latency_ms / 1000
+
+    def process(
+        self,
+        element: tuple[bytes, bytes],
+        at: Any = beam.DoFn.TimestampParam,
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(AgentDoFn.WATERMARK),
+        wake: Any = _FLOOR_WAKE_TIMER,
+        release: Any = _FLOOR_RELEASE_TIMER,
+        end_of_input: Any = _FLOOR_END_TIMER,
+    ) -> Iterator[bytes]:
+        """Queue the event and set its release at its event time."""
+        queue.add(element[1])
+        end_of_input.set(GlobalWindow().max_timestamp() - 1)
+        release.set(at)
+        return iter(())
+
+    @on_timer(_FLOOR_RELEASE)
+    def on_release(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(AgentDoFn.WATERMARK),
+        wake: Any = _FLOOR_WAKE_TIMER,
+        release: Any = _FLOOR_RELEASE_TIMER,
+    ) -> Iterator[bytes]:
+        """Note the watermark and start the key's "activation"."""
+        watermark.write(fired.micros // 1000)
+        with _FLOOR_LOCK:
+            _FLOOR_STARTED.setdefault(key, deque()).append(time.monotonic())
+        wake.set(Timestamp.of(time.time() + self._latency_s))
+        return iter(())
+
+    @on_timer(_FLOOR_WAKE)
+    def on_wake(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        watermark: Any = beam.DoFn.StateParam(AgentDoFn.WATERMARK),
+        wake: Any = _FLOOR_WAKE_TIMER,
+        release: Any = _FLOOR_RELEASE_TIMER,
+    ) -> Iterator[bytes]:
+        """Finish the key's oldest "activation" and emit its line; wake again for the next."""
+        with _FLOOR_LOCK:
+            started = _FLOOR_STARTED[key]
+            began = started.popleft()
+            more = bool(started)
+        time.sleep(max(0.0, began + self._latency_s - time.monotonic()))
+        dequeued.add(b"done")
+        if more:
+            wake.set(Timestamp.of(time.time()))
+        return iter((key,))
+
+    @on_timer(_FLOOR_END)
+    def on_end_of_input(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        wake: Any = _FLOOR_WAKE_TIMER,
+        release: Any = _FLOOR_RELEASE_TIMER,
+        end_of_input: Any = _FLOOR_END_TIMER,
+    ) -> Iterator[bytes]:
+        """Every event was released live; the end of the input has nothing left to run."""
+        return iter(())

@@ -16,6 +16,10 @@ and is measured against the serial rate taken in the same repetition:
   one event per key per step, each stamped with its event time and followed
   by a watermark past it, with processing time advanced so that its wake
   timers fire (`benchmarks._beam.run_streaming`);
+* streaming_floor: the same stream into `benchmarks._beam.StreamingFloorDoFn`,
+  a DoFn with `AgentDoFn`'s state cells, timers and callbacks and no library
+  code, whose "activation" is a 200 ms wait: the runner's own cost of the
+  protocol, which the streaming path's figures are also given net of;
 * flink: the native job (``templates/flink/agent_job.py``) on a local
   MiniCluster at parallelism 1, checkpointing every second
   (`benchmarks._flink.run_job`), its Python functions in worker processes
@@ -50,7 +54,7 @@ from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelConfig
 from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks import _flink
-from benchmarks._beam import run_batch, run_streaming
+from benchmarks._beam import run_batch, run_streaming, run_streaming_floor
 from benchmarks._harness import Profile, Stat, ratios, stat
 
 __all__ = ["KEYS", "LATENCY_MS", "TARGET", "run"]
@@ -63,6 +67,8 @@ _AGENT = "benchmarks._agents:slow_reply"
 _CONFIG = AgentConfig(agent=_AGENT, model=ModelConfig(latency_ms=LATENCY_MS))
 _FLINK_FLAGS = ["--agent", _AGENT, "--model_latency_ms", str(LATENCY_MS)]
 _PATHS = ("batch", "streaming", "flink", "flink_thread")
+#: Measured like a path, reported inside the streaming path as its baseline.
+_FLOOR = "streaming_floor"
 #: The paths that run the native Flink job, and the flags that tell them apart.
 _FLINK_MODES = {"flink": ["--python_execution_mode", "process"],
                 "flink_thread": ["--python_execution_mode", "thread"]}
@@ -71,6 +77,8 @@ _RUNNERS = {
     "streaming": ("TestStream -> AgentDoFn on the streaming DirectRunner, elements stamped "
                   "with their event time, the watermark advanced past each step, processing "
                   "time advanced past the wall clock"),
+    _FLOOR: ("the streaming path's stream into StreamingFloorDoFn: AgentDoFn's state cells, "
+             "timers and callbacks with no library code, each activation a 200 ms wait"),
     "flink": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
               "checkpoints every 1 s, Python in worker processes"),
     "flink_thread": ("templates/flink/agent_job.py on a local MiniCluster, parallelism 1, "
@@ -172,6 +180,27 @@ def _path_result(name: str, rates: list[float], cpus: list[float], cores: list[f
     }
 
 
+def _net_of_floor(marginal: dict[str, list[float]], cpus: dict[str, list[float]],
+                  cores: dict[str, list[float]], serial: list[float],
+                  ideal: float) -> dict[str, Any]:
+    """The streaming path against the runner's floor, each repetition with its own floor.
+
+    ``library_cpu_ms_per_event`` is what the library adds per activation to
+    what any DoFn of `AgentDoFn`'s shape costs this runner, and
+    ``ratio_to_floor`` the path's rate over the floor's: the share of what
+    this runner lets a DoFn of that shape reach.
+    """
+    floor = _path_result(_FLOOR, marginal[_FLOOR], cpus[_FLOOR], cores[_FLOOR], serial, ideal)
+    del floor["met"]
+    return {
+        "runner_floor": floor,
+        "library_cpu_ms_per_event": stat(
+            [path - base for path, base in zip(cpus["streaming"], cpus[_FLOOR], strict=True)]
+        ).scaled(1e3).as_json(2),
+        "ratio_to_floor": ratios(marginal["streaming"], marginal[_FLOOR]).as_json(3),
+    }
+
+
 def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, str]) -> str:
     def said(name: str) -> str:
         path = paths[name]
@@ -203,6 +232,15 @@ def _note(paths: dict[str, Any], serial: Stat, ideal: float, skipped: dict[str, 
                  "fires the due timers of a step in one bundle, one after another on one "
                  "thread, and adds the test stream's next step only when no timer is due, "
                  "so a key often finds its next event not yet arrived. ")
+        floor = paths["streaming"]["runner_floor"]
+        text += ("The runner's floor, a DoFn of the same state cells, timers and callbacks "
+                 "with no library code, costs "
+                 f"{floor['cpu_ms_per_event']['median']:.2f} ms CPU per activation and reaches "
+                 f"{floor['ratio_to_ideal']['median']:.2f} of the ideal on the same stream; "
+                 "the library adds "
+                 f"{paths['streaming']['library_cpu_ms_per_event']['median']:.2f} ms to it, "
+                 "and the path runs at "
+                 f"{paths['streaming']['ratio_to_floor']['median']:.2f} of the floor's rate. ")
     flink = paths.get("flink")
     if flink is not None:
         text += (f"Flink ({flink['rate_from']}): in event-time order, the default, the job "
@@ -252,7 +290,8 @@ def run(profile: Profile) -> dict[str, Any]:
     # from run to run; its large size is sixteen times the others' so that
     # this noise stays under 0.2 ms an event of the difference.
     flink_large = large if profile.quick else 16 * large
-    counts = {name: (small, flink_large if name in _FLINK_MODES else large) for name in _PATHS}
+    counts = {name: (small, flink_large if name in _FLINK_MODES else large)
+              for name in (*_PATHS, _FLOOR)}
     serial_count = 10 if profile.quick else 25
     reps = 1 if profile.quick else 3
     orphans_adopted = _flink.adopt_orphans()
@@ -262,16 +301,19 @@ def run(profile: Profile) -> dict[str, Any]:
         "batch": lambda size: _in_process(lambda: run_batch(_CONFIG, sizes[size])),
         "streaming": lambda size: _in_process(
             lambda: run_streaming(_CONFIG, sizes[size], step=KEYS)),
+        _FLOOR: lambda size: _in_process(
+            lambda: run_streaming_floor(LATENCY_MS, sizes[size], step=KEYS)),
         **{name: job.measure for name, job in jobs.items()},
     }
-    marginal: dict[str, list[float]] = {name: [] for name in _PATHS}
-    cpus: dict[str, list[float]] = {name: [] for name in _PATHS}
-    walls: dict[str, list[tuple[float, float]]] = {name: [] for name in _PATHS}
-    cores: dict[str, list[float]] = {name: [] for name in _PATHS}
+    measured = (*_PATHS, _FLOOR)
+    marginal: dict[str, list[float]] = {name: [] for name in measured}
+    cpus: dict[str, list[float]] = {name: [] for name in measured}
+    walls: dict[str, list[tuple[float, float]]] = {name: [] for name in measured}
+    cores: dict[str, list[float]] = {name: [] for name in measured}
     serial_rates: list[float] = []
     serial_cpus: list[float] = []
     skipped: dict[str, str] = {}
-    cases = ["serial", *_PATHS]
+    cases = ["serial", *measured]
     for rep in range(reps):
         for case in cases[rep % len(cases):] + cases[:rep % len(cases)]:
             if case == "serial":
@@ -317,6 +359,8 @@ def run(profile: Profile) -> dict[str, Any]:
             if not orphans_adopted:
                 paths[name]["cpu_note"] = ("this platform cannot adopt the job's JVM, so its "
                                            "CPU time is missing")
+    if "streaming" in paths:
+        paths["streaming"].update(_net_of_floor(marginal, cpus, cores, serial_rates, ideal))
     worst = min(paths, key=lambda name: paths[name]["ratio_to_serial"]["median"])
     serial = stat(serial_rates)
     return {

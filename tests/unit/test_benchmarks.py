@@ -63,6 +63,9 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
         assert all(_is_stat(result[field]) for field in B6_PATH_FIELDS), (path, result)
         assert isinstance(result["ideal_events_per_s"], int | float), path
         assert isinstance(result["met"], bool), path
+    streaming = b6["streaming"]
+    assert all(_is_stat(streaming["runner_floor"][field]) for field in B6_PATH_FIELDS)
+    assert _is_stat(streaming["library_cpu_ms_per_event"]) and _is_stat(streaming["ratio_to_floor"])
     b7 = document["B7"]
     for backend in ("sqlite", "firestore"):
         result = b7[backend]
