@@ -174,12 +174,10 @@ class StreamingFloorDoFn(beam.DoFn):
     timers, binds all of them in each callback as `AgentDoFn` does, and is
     called back as often: on arrival it queues the event and sets the
     release timer at the event's time (and the end-of-input timer); on
-    release it reads the queue and starts an "activation", which is nothing
-    but a clock reading, and sets the wake timer `latency_ms` later; on wake
-    it waits for what is left of `latency_ms`, as `AgentDoFn` waits for a
-    wake fired early, advances the seq and emits one line. Reading state is
-    part of the floor: the runner copies a key's state the first time a
-    bundle reads it. What the runner spends on this is what any DoFn of the
+    release it starts an "activation", which is nothing but a clock reading,
+    and sets the wake timer `latency_ms` later; on wake it waits for what is
+    left of `latency_ms`, as `AgentDoFn` waits for a wake fired early, and
+    emits one line. What the runner spends on this is what any DoFn of the
     same shape pays on it, so B6 subtracts it to give the library's own CPU
     per activation, measured in the same run.
     """
@@ -230,9 +228,8 @@ class StreamingFloorDoFn(beam.DoFn):
         wake: Any = _FLOOR_WAKE_TIMER,
         release: Any = _FLOOR_RELEASE_TIMER,
     ) -> Iterator[bytes]:
-        """Note the watermark, read the queue, and start the key's "activation"."""
+        """Note the watermark and start the key's "activation"."""
         watermark.write(fired.micros // 1000)
-        _ = list(queue.read())
         with _FLOOR_LOCK:
             _FLOOR_STARTED.setdefault(key, deque()).append(time.monotonic())
         wake.set(Timestamp.of(time.time() + self._latency_s))
@@ -262,7 +259,6 @@ class StreamingFloorDoFn(beam.DoFn):
             began = started.popleft()
             more = bool(started)
         time.sleep(max(0.0, began + self._latency_s - time.monotonic()))
-        seq.write((seq.read() or 0) + 1)
         dequeued.add(b"done")
         if more:
             wake.set(Timestamp.of(time.time()))
