@@ -117,8 +117,8 @@ def _b6(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
     if isinstance(streaming, Mapping) and "runner_floor" in streaming:
         # The runner's floor for the streaming path's shape, beside the path.
         at = [name for name, _ in paths].index("streaming") + 1
-        paths.insert(at, ("streaming floor", streaming["runner_floor"]))
-        palette = {**palette, "streaming floor": "#c6dbef"}
+        paths.insert(at, ("floor", streaming["runner_floor"]))
+        palette = {**palette, "floor": "#c6dbef"}
     labels = [f"{name}\n{path['ratio_to_serial']['median']:.1f}x serial" for name, path in paths]
     colors = [palette[name] for name, _ in paths]
     serial = result["serial_events_per_s"]
