@@ -110,15 +110,14 @@ def _b5(result: Mapping[str, Any], ax: Axes) -> None:
 
 
 def _b6(result: Mapping[str, Any], axes: tuple[Axes, Axes]) -> None:
-    palette = {"batch": "#1f77b4", "streaming": "#6baed6", "flink": "#ff7f0e",
-               "flink_thread": "#fdae6b"}
+    palette = {"batch": "#1f77b4", "streaming": "#6baed6", "floor": "#c6dbef",
+               "flink": "#ff7f0e", "flink_thread": "#fdae6b"}
     paths = [(name, result[name]) for name in palette if isinstance(result.get(name), Mapping)]
     streaming = result.get("streaming")
     if isinstance(streaming, Mapping) and "runner_floor" in streaming:
         # The runner's floor for the streaming path's shape, beside the path.
         at = [name for name, _ in paths].index("streaming") + 1
         paths.insert(at, ("floor", streaming["runner_floor"]))
-        palette = {**palette, "floor": "#c6dbef"}
     labels = [f"{name}\n{path['ratio_to_serial']['median']:.1f}x serial" for name, path in paths]
     colors = [palette[name] for name, _ in paths]
     serial = result["serial_events_per_s"]
