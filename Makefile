@@ -12,7 +12,12 @@ BEAM_VERSION  := $(shell cat templates/dataflow/beam-version.txt)
 TOOLS  := .venv-tools
 PIP    := pip install --quiet --disable-pip-version-check
 
-.PHONY: test test-dev test-dev-flink test-dev-rest test-latest envs lint protos demo demo-streaming soak bench fuzz mutate clean
+# The Kafka broker and the Flink Kafka connector, fetched with mvn into .toolchain/.
+include tools/toolchain/kafka.mk
+# The Flink job's keyed operator, compiled against the installed PyFlink.
+include tools/toolchain/flink.mk
+
+.PHONY: check test test-dev test-dev-flink test-dev-rest test-latest envs lint protos demo demo-traces demo-streaming demo-flink soak bench fuzz mutate clean jaeger
 
 # The dev environment: Beam 2.61 + PyFlink 2.3 (they must share one Beam line).
 $(VENV)/.installed: pyproject.toml setup.py
@@ -26,7 +31,7 @@ $(LATEST)/.installed: pyproject.toml setup.py templates/dataflow/beam-version.tx
 	@$(LATEST_PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; print("Beam-latest line: apache-beam[gcp]==$(BEAM_VERSION) on Python", sys.version.split()[0], sys.executable + ("" if v == "$(LATEST_PY)" else " (no python$(LATEST_PY) found; the Dataflow image runs $(LATEST_PY))"))'
 	test "$$($(LATEST)/bin/python -c 'import sys; print(sys.version_info[:2])' 2>/dev/null)" = \
 	    "$$($(LATEST_PYTHON) -c 'import sys; print(sys.version_info[:2])')" || $(LATEST_PYTHON) -m venv --clear $(LATEST)
-	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp]' 'apache-beam[gcp]==$(BEAM_VERSION)' 'pytest>=8' \
+	$(LATEST)/bin/$(PIP) --upgrade -e '.[gcp,otel]' 'apache-beam[gcp]==$(BEAM_VERSION)' 'pytest>=8' \
 	    'pytest-timeout>=2.3' 'hypothesis>=6.100' 'looptime>=0.9'
 	touch $@
 
@@ -46,9 +51,34 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src benchmarks
 
+# The loop before a commit: lint, types and the unit tests, which need no
+# server, runner or network. tests/unit/test_benchmarks.py runs the benchmark
+# suite itself and is left to `make test`. See CONTRIBUTING.md for its time.
+check: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy src benchmarks
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit \
+	    --ignore=tests/unit/test_benchmarks.py
+
+# The trace viewer the tracing tests and `make demo-traces` send spans to: Jaeger v2,
+# built from the Go module proxy at the version in tools/jaeger/version.txt
+# into a module of its own under the git-ignored .toolchain/ (about 6 minutes
+# of one core on a bare machine, seconds with Go's caches in the home folder).
+JAEGER_VERSION := $(shell cat tools/jaeger/version.txt)
+JAEGER_DIR     := .toolchain/jaeger-$(JAEGER_VERSION)
+JAEGER         := $(JAEGER_DIR)/jaeger
+$(JAEGER): tools/jaeger/version.txt
+	mkdir -p $(JAEGER_DIR)
+	cd $(JAEGER_DIR) && (test -f go.mod || go mod init beam-agents.local/jaeger) \
+	    && go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) \
+	    && go build -o jaeger.partial github.com/jaegertracing/jaeger/cmd/jaeger \
+	    && mv jaeger.partial jaeger
+jaeger: $(JAEGER)
+
 # Every environment the suite needs. They are independent, so `test` builds
 # them side by side: on a bare machine that is most of its set-up time.
-ENVS := $(VENV)/.installed $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+ENVS := $(VENV)/.installed $(LATEST)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed \
+	kafka-toolchain $(FLINK_OPERATOR_JAR) $(JAEGER)
 envs: $(ENVS)
 
 # The suite runs as three pytest processes side by side: the dev line in two
@@ -56,24 +86,26 @@ envs: $(ENVS)
 # Beam-latest line. The suite waits on model latency, servers and JVMs far
 # more than it computes (one process keeps about one of two cores busy), and
 # each part's output is printed whole once it ends.
+TEST_PARTS := test-dev-flink test-dev-rest test-latest
 test:
 	$(MAKE) --no-print-directory -j4 envs
 	$(MAKE) --no-print-directory lint
 	mkdir -p .pytest-tmp
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-dev-flink test-dev-rest test-latest
+	$(MAKE) --no-print-directory -j$(words $(TEST_PARTS)) --output-sync=target $(TEST_PARTS)
 
 # Everything, on the dev line (Beam 2.61 + PyFlink): its two parts.
 test-dev: test-dev-flink test-dev-rest
 DEV_PYTEST = CHECKOV=$(abspath $(TOOLS))/bin/checkov $(VENV)/bin/python -m pytest
-DEV_ENVS = $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed
+DEV_ENVS = $(VENV)/.installed $(TOOLS)/.installed $(EMULATOR)/node_modules/.installed kafka-toolchain \
+	$(FLINK_OPERATOR_JAR) $(JAEGER)
 test-dev-flink: $(DEV_ENVS)
 	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev-flink tests/flink
 test-dev-rest: $(DEV_ENVS)
-	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev --ignore=tests/flink
+	$(DEV_PYTEST) --basetemp=$(abspath .pytest-tmp)/dev --ignore=tests/flink --ignore=tests/portable
 # The Beam-latest line: the core and the Beam adapter, on what Dataflow runs.
-test-latest: $(LATEST)/.installed
+test-latest: $(LATEST)/.installed $(JAEGER)
 	$(LATEST)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/latest \
-	    tests/unit/memory tests/unit/model tests/unit/runtime tests/beam
+	    tests/unit/memory tests/unit/model tests/unit/runtime tests/beam tests/otel
 
 protos: $(VENV)/.installed
 	$(VENV)/bin/python tools/gen_protos.py
@@ -83,19 +115,29 @@ protos: $(VENV)/.installed
 # to four calls (a transient outage the engine rides out) and enforces a quota
 # of 60 requests/s (429 + Retry-After, which admission learns to stay under);
 # the summary prices the tokens paid. Intents and dead letters land in out/.
+DEMO_FLAGS := --input_files examples/events.jsonl \
+    --output_path out/intents.jsonl \
+    --errors_path out/errors.jsonl \
+    --agent examples.support_agent:agent \
+    --model_latency_ms 100 --model_outage 40:4 --model_quota 60 \
+    --model_price_in_per_mtok 0.15 --model_price_out_per_mtok 0.60 \
+    --call_journal sqlite --call_journal_path out/calls.sqlite \
+    --longterm_store sqlite --sqlite_path out/longterm.sqlite
 demo: $(VENV)/.installed
 	rm -rf out
-	$(VENV)/bin/python -m beam_agents run \
-	    --input_files examples/events.jsonl \
-	    --output_path out/intents.jsonl \
-	    --errors_path out/errors.jsonl \
-	    --agent examples.support_agent:agent \
-	    --model_latency_ms 100 --model_outage 40:4 --model_quota 60 \
-	    --model_price_in_per_mtok 0.15 --model_price_out_per_mtok 0.60 \
-	    --call_journal sqlite --call_journal_path out/calls.sqlite \
-	    --longterm_store sqlite --sqlite_path out/longterm.sqlite
+	$(VENV)/bin/python -m beam_agents run $(DEMO_FLAGS)
 	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl"
 	@echo "inspect them with: $(VENV)/bin/beam-agents errors show out/errors.jsonl"
+
+# The main job with tracing on: Jaeger (built by `make jaeger` when missing)
+# on free loopback ports, the run's spans and GenAI histograms sent to it,
+# read back into out/traces.json with a summary and one activation's span
+# tree on stdout; from a terminal Jaeger stays up until Enter, then stops.
+# See docs/operations.md, "Traces".
+demo-traces: $(VENV)/.installed $(JAEGER)
+	rm -rf out
+	$(VENV)/bin/python -m tools.jaeger.demo -- $(DEMO_FLAGS)
+	@echo "intents: out/intents.jsonl   dead letters: out/errors.jsonl   spans: out/traces.json"
 
 # The main job through Pub/Sub: the official emulator, a streaming run on its
 # input subscription, examples/events.jsonl published at 50 lines/s, a live
@@ -103,6 +145,13 @@ demo: $(VENV)/.installed
 # the run's summary and the driver's count. See docs/streaming.md.
 demo-streaming: $(VENV)/.installed
 	$(VENV)/bin/python -m tools.streaming.demo
+
+# The main job as a streaming Flink job on Kafka: a Kafka broker (from its Maven
+# jars, KRaft, one node), input/intents/errors topics, the native Flink job on a
+# local MiniCluster with exactly-once Kafka sinks, examples/events.jsonl published
+# at 50 lines/s, a live line, then make demo's summary. See docs/streaming.md.
+demo-flink: $(VENV)/.installed kafka-toolchain $(FLINK_OPERATOR_JAR)
+	$(VENV)/bin/python -m tools.streaming.flink_demo
 
 # A 10-minute streaming soak at 15 events/s (what the local runner sustains
 # here with both emulators on two cores; see docs/streaming.md) with a 503
@@ -112,8 +161,10 @@ soak: $(VENV)/.installed
 	$(VENV)/bin/python -m tools.streaming.soak --duration_s 600 --rate 15
 
 # The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
-bench: $(VENV)/.installed
-	$(VENV)/bin/python -m benchmarks
+# B12 (the portable runners) runs on the Beam-latest line, whose Prism runs streams.
+bench: $(VENV)/.installed $(LATEST)/.installed
+	$(VENV)/bin/python -m benchmarks --only B1,B2,B3,B4,B5,B6,B7,B8,B9,B10,B11
+	$(LATEST)/bin/python -m benchmarks --only B12 --merge
 
 # Coverage-guided fuzzing (atheris) of every decoder of keyed state and input:
 # 200 000 inputs for each of the 8 targets in fuzz/, one libFuzzer process per
@@ -131,4 +182,9 @@ mutate: $(VENV)/.installed
 	$(VENV)/bin/python tools/mutate.py --max-children 2
 
 clean:
-	rm -rf $(VENV) $(LATEST) $(TOOLS) out .pytest_cache .pytest-tmp .hypothesis
+	rm -rf $(VENV) $(LATEST) $(TOOLS) .toolchain out .pytest_cache .pytest-tmp .hypothesis
+
+# Toolchains beyond the venvs above (Prism, the Flink job server, ...), each
+# pinned in its own file; they hook themselves into envs and test.
+include $(filter-out tools/toolchain/kafka.mk tools/toolchain/flink.mk,\
+    $(wildcard tools/toolchain/*.mk))

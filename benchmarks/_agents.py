@@ -7,7 +7,7 @@ around an agent, so the agent itself does what a typical one does and no more.
 from __future__ import annotations
 
 from beam_agents.memory import LruCompactor, Memory
-from beam_agents.runtime import AgentContext
+from beam_agents.runtime import AgentContext, agent, tool
 
 __all__ = ["CountingCompactor", "chat", "chat_async", "grow", "slow_reply"]
 
@@ -50,6 +50,23 @@ async def slow_reply(ctx: AgentContext) -> None:
     """One model call per event, nothing else: the model's latency is the whole cost (B6)."""
     reply = await ctx.model.acomplete([{"role": "user", "content": ctx.payload.decode()}])
     ctx.emit("reply", {"text": reply.text})
+
+
+@tool
+def order_status(order_id: str) -> dict[str, str]:
+    """An order's status, computed at once: the tool's own cost is nothing (B7).
+
+    Args:
+        order_id: The order's id.
+    """
+    return {"order_id": order_id, "status": "shipped"}
+
+
+@agent(tools=[order_status])
+async def one_tool_call(ctx: AgentContext) -> None:
+    """One durable tool call per event and no model call: its cost is the call's record (B7)."""
+    assert ctx.tools is not None
+    ctx.emit("order", await ctx.tools.acall("order_status", {"order_id": ctx.payload.decode()}))
 
 
 class CountingCompactor:

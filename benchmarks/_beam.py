@@ -13,6 +13,10 @@
   waits there for the key's activation (tests/beam/test_streaming.py drives
   it the same way).
 
+Each takes a ``runner``: the DirectRunner's flags by default, or another
+runner's (`benchmarks.b12_portable` gives Prism's), whose SDK harness must run
+in this process (LOOPBACK) for the lines to be counted here.
+
 Every shape counts the lines that reach its end in this process and checks
 that each event produced one, so a benchmark cannot time a pipeline that
 silently did less work. Beam's Python API is untyped, so this module is the
@@ -31,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.coders import BytesCoder, TupleCoder
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.timeutil import TimeDomain
@@ -80,14 +85,15 @@ def _count(lines: Any) -> None:
          | "Tally" >> beam.Map(_tally))
 
 
-def run_bare(dofn_type: type[Any], elements: list[tuple[bytes, bytes]]) -> float:
+def run_bare(dofn_type: type[Any], elements: list[tuple[bytes, bytes]], *,
+             runner: list[str] | None = None) -> float:
     """Wall seconds of ``Create -> ParDo(dofn_type()) -> Count``: one element per call.
 
     One worker, in memory: the per-worker figure the benchmarks report. The
     key type hint gives the stateful DoFn a deterministic key coder, as the
     library's own pipeline does.
     """
-    pipeline = beam.Pipeline(options=PipelineOptions(_BATCH_FLAGS))
+    pipeline = beam.Pipeline(options=PipelineOptions(runner or _BATCH_FLAGS))
     lines = (pipeline
              | "Create" >> beam.Create(elements).with_output_types(_KEYED)
              | "Activate" >> beam.ParDo(dofn_type()).with_input_types(_KEYED))
@@ -95,13 +101,14 @@ def run_bare(dofn_type: type[Any], elements: list[tuple[bytes, bytes]]) -> float
     return _run(pipeline, len(elements))
 
 
-def run_batch(config: AgentConfig, elements: list[tuple[bytes, bytes]]) -> float:
+def run_batch(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
+              runner: list[str] | None = None) -> float:
     """Wall seconds of the batch path: ``Create -> GroupByKey -> AgentBatchDoFn -> Count``.
 
     The DoFn gets each key with all its events and runs up to
     ``config.max_in_flight`` keys at once, one activation per key at a time.
     """
-    pipeline = beam.Pipeline(options=PipelineOptions(_BATCH_FLAGS))
+    pipeline = beam.Pipeline(options=PipelineOptions(runner or _BATCH_FLAGS))
     outputs = (pipeline
                | "Create" >> beam.Create(elements).with_output_types(_KEYED)
                | "GroupByEntity" >> beam.GroupByKey().with_input_types(_KEYED)
@@ -112,7 +119,7 @@ def run_batch(config: AgentConfig, elements: list[tuple[bytes, bytes]]) -> float
 
 
 def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
-                  step: int) -> float:
+                  step: int, runner: list[str] | None = None) -> float:
     """Wall seconds of the streaming path: ``TestStream -> AgentDoFn`` on the streaming runner.
 
     The events arrive `step` at a time, in input order, each stamped with
@@ -126,17 +133,21 @@ def run_streaming(config: AgentConfig, elements: list[tuple[bytes, bytes]], *,
     a GroupByKey after `AgentDoFn` could close before the DoFn's last timers
     fire on this runner (see `AgentDoFn`).
     """
-    return _run_stream(AgentDoFn(config), elements, step)
+    return _run_stream(AgentDoFn(config), elements, step, runner)
 
 
 def run_streaming_floor(latency_ms: int, elements: list[tuple[bytes, bytes]], *,
-                        step: int) -> float:
+                        step: int, runner: list[str] | None = None) -> float:
     """Wall seconds of `run_streaming`'s pipeline with `StreamingFloorDoFn` in the DoFn's place."""
-    return _run_stream(StreamingFloorDoFn(latency_ms), elements, step)
+    return _run_stream(StreamingFloorDoFn(latency_ms), elements, step, runner)
 
 
-def _run_stream(dofn: Any, elements: list[tuple[bytes, bytes]], step: int) -> float:
-    stream = TestStream().advance_processing_time(int(time.time()) + 86_400)
+def _run_stream(dofn: Any, elements: list[tuple[bytes, bytes]], step: int,
+                runner: list[str] | None) -> float:
+    # A key-value coder, so a portable runner can key the stateful step (Prism
+    # refuses the pickled tuples a TestStream sends by default: "zero length key").
+    stream = TestStream(coder=TupleCoder((BytesCoder(), BytesCoder()))).advance_processing_time(
+        int(time.time()) + 86_400)
     for start in range(0, len(elements), step):
         batch = [(element, AgentEvent.FromString(element[1]).event_time_ms)
                  for element in elements[start:start + step]]
@@ -145,11 +156,11 @@ def _run_stream(dofn: Any, elements: list[tuple[bytes, bytes]], step: int) -> fl
                                  for element, at_ms in batch])
                   .advance_processing_time(1)
                   .advance_watermark_to((max(at_ms for _, at_ms in batch) + 1) / 1000))
-    options = PipelineOptions(["--runner=DirectRunner"])
+    options = PipelineOptions(runner or ["--runner=DirectRunner"])
     options.view_as(StandardOptions).streaming = True
     pipeline = beam.Pipeline(options=options)
     outputs = (pipeline
-               | "Events" >> stream.advance_watermark_to_infinity()
+               | "Events" >> stream.advance_watermark_to_infinity().with_output_types(_KEYED)
                | "Activate" >> beam.ParDo(dofn).with_input_types(_KEYED)
                .with_outputs(ERRORS, main="intents"))
     _ = outputs.intents | "Tally" >> beam.Map(_tally_one)
@@ -170,7 +181,7 @@ _FLOOR_LOCK = threading.Lock()
 class StreamingFloorDoFn(beam.DoFn):
     """The streaming runner's own cost of `AgentDoFn`'s protocol, with no library code in it.
 
-    It declares `AgentDoFn`'s ten state cells (the same specs) and its three
+    It declares `AgentDoFn`'s eleven state cells (the same specs) and its three
     timers, binds all of them in each callback as `AgentDoFn` does, and is
     called back as often: on arrival it queues the event and sets the
     release timer at the event's time (and the end-of-input timer); on
@@ -194,6 +205,7 @@ class StreamingFloorDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
         budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
         queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
         dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
@@ -219,6 +231,7 @@ class StreamingFloorDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
         budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
         queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
         dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
@@ -244,6 +257,7 @@ class StreamingFloorDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
         budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
         queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
         dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
@@ -272,6 +286,7 @@ class StreamingFloorDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
         budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
         queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
         dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),

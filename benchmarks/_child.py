@@ -32,6 +32,8 @@ MODULES = {
     "B9": "benchmarks.b9_quota",
     "B10": "benchmarks.b10_hot_key",
     "B11": "benchmarks.b11_zipf",
+    "B12": "benchmarks.b12_portable",
+    "B13": "benchmarks.b13_snapshot",
 }
 
 

@@ -23,7 +23,9 @@ from benchmarks._child import MODULES
 __all__ = ["FIGURES", "draw_all"]
 
 #: Benchmark id -> file name of its figure: the module's name, ``b1_activation.png``.
-FIGURES = {bench: module.rsplit(".", 1)[1] + ".png" for bench, module in MODULES.items()}
+#: B12's and B13's figures are in their JSON and docs/benchmarks.md; they draw none yet.
+FIGURES = {bench: module.rsplit(".", 1)[1] + ".png" for bench, module in MODULES.items()
+           if bench not in {"B12", "B13"}}
 
 
 def _bars(ax: Axes, labels: list[str], stats: list[Mapping[str, float]], unit: str,
@@ -176,19 +178,31 @@ def _b8(result: Mapping[str, Any], ax: Axes) -> None:
 
 def _b9(result: Mapping[str, Any], ax: Axes) -> None:
     cases = list(result["cases"].items())
-    xs = range(len(cases))
-    shares = [case["share"] or 0.0 for _, case in cases]
-    bars = ax.bar(list(xs), shares, color="#1f77b4", label="share of the quota after warm-up")
+    xs = list(range(len(cases)))
+    width = 0.4
+    whole = [case["whole_run_share"] for _, case in cases]
+    steady = [case["share"] or 0.0 for _, case in cases]
+    bars = ax.bar([x - width / 2 for x in xs], whole, width, color="#1f77b4",
+                  label="share of the quota over the whole run")
+    ax.bar_label(bars, labels=[f"{share:.2f}" for share in whole], fontsize=7)
+    bars = ax.bar([x + width / 2 for x in xs], steady, width, color="#aec7e8",
+                  label="after warm-up")
     ax.bar_label(bars, labels=[f"{share:.2f}\n{100 * case['rate_429_after_warm_up']:.1f} % 429"
-                               for share, (_, case) in zip(shares, cases, strict=True)],
-                 fontsize=8)
-    ax.axhline(result["target"], color="#d62728", ls=":", label=f"target {result['target']}")
-    ax.set_xticks(list(xs), [f"Q={case['rps']}/s\n{case['workers']} worker(s)"
-                             for _, case in cases])
+                               for share, (_, case) in zip(steady, cases, strict=True)],
+                 fontsize=7)
+    ax.axhline(result["target"], color="#d62728", ls=":",
+               label=f"target {result['target']} (fresh), {result['target_remembered']} "
+                     "(remembered)")
+    ax.axhline(result["target_remembered"], color="#d62728", ls=":")
+    ax.set_xticks(xs, [f"{case['workers']} worker(s)\n"
+                       f"{'remembered' if case['remembered'] else 'fresh'}"
+                       f"{' + headers' if case['headers'] else ''}" for _, case in cases],
+                  fontsize=7)
     ax.set_ylabel("requests served / quota")
-    ax.set_ylim(0, 1.3)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("B9 quota utilisation, learned from 429s (no static limit)")
+    ax.set_ylim(0, 1.35)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"B9 quota utilisation at Q={cases[0][1]['rps']}/s "
+                 "(no --model_max_rps)")
 
 
 def _b10(result: Mapping[str, Any], ax: Axes) -> None:

@@ -124,6 +124,64 @@ def _core_seconds(agent: str, elements: list[tuple[bytes, bytes]]) -> float:
         return (time.perf_counter() - start) / len(elements)
 
 
+#: Tracing's targets: CPU per event at 100 % and at 1 % sampling over tracing off.
+TRACING_TARGETS = {"traced_100": 1.10, "traced_1": 1.02}
+
+
+def _cpu(variant: Callable[[list[tuple[bytes, bytes]]], float],
+         elements: list[tuple[bytes, bytes]]) -> float:
+    """CPU seconds of this process (every thread: the runner's, the runtime's, the exporter's)."""
+    start = time.process_time()
+    variant(elements)
+    return time.process_time() - start
+
+
+def tracing_overhead(profile: Profile) -> dict[str, Any]:
+    """B2's batch path with tracing off, at 100 % and at 1 % sampling, spans sent to Jaeger.
+
+    CPU per event from the difference of two sizes, as for B2's wall time;
+    the variants alternate, in an order that reverses every repetition.
+    """
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from beam_agents.tracing import TracingConfig  # noqa: PLC0415
+    from tools.jaeger.server import start_jaeger, stop_jaeger  # noqa: PLC0415
+
+    small, large, keys = (20, 80, 5) if profile.quick else (300, 1800, 50)
+    reps = 1 if profile.quick else 5
+    jaeger = start_jaeger(Path(tempfile.mkdtemp()) / "jaeger.log")
+    try:
+        base = AgentConfig(agent="benchmarks._agents:chat")
+        configs = {"off": base}
+        for name, ratio in (("traced_100", 1.0), ("traced_1", 0.01)):
+            configs[name] = AgentConfig(agent=base.agent, tracing=TracingConfig(
+                endpoint=jaeger.endpoint, sample_ratio=ratio, service_name=f"b2-{name}",
+                run_id="b2", export_metrics=True))
+        sizes = {"small": _events(small, keys), "large": _events(large, keys)}
+        per_event: dict[str, list[float]] = {name: [] for name in configs}
+        for rep in range(reps):
+            order = list(configs) if rep % 2 == 0 else list(reversed(configs))
+            for name in order:
+                def variant(elements: list[tuple[bytes, bytes]], name: str = name) -> float:
+                    return run_batch(configs[name], elements)
+                cpu_small = _cpu(variant, sizes["small"])
+                cpu_large = _cpu(variant, sizes["large"])
+                per_event[name].append(max(cpu_large - cpu_small, 1e-9) / (large - small))
+        spans = sum(len(t["spans"]) for t in jaeger.traces("b2-traced_100", limit=100000))
+    finally:
+        stop_jaeger(jaeger)
+    out: dict[str, Any] = {"cpu_us_per_event": {
+        name: stat(values).scaled(1e6).as_json(0) for name, values in per_event.items()}}
+    for name, target in TRACING_TARGETS.items():
+        share = ratios(per_event[name], per_event["off"])
+        out[name] = {"ratio": round(share.median, 3), "ratio_min": round(share.min, 3),
+                     "ratio_max": round(share.max, 3), "target": target,
+                     "met": share.median <= target}
+    out["spans_received_at_100"] = spans
+    return out
+
+
 def run(profile: Profile) -> dict[str, Any]:
     """Measure B2; see the module docstring."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)

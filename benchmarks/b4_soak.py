@@ -48,7 +48,7 @@ def run(profile: Profile) -> dict[str, Any]:
     metrics = RecordingMetrics()
     with tempfile.TemporaryDirectory() as scratch:
         script = Path(scratch) / "reply.jsonl"
-        script.write_text(json.dumps({"match": "", "text": "r" * 3_000}) + "\n")
+        script.write_text(json.dumps({"text": "r" * 3_000}) + "\n")
         config = AgentConfig(agent="benchmarks._agents:grow", compactor=compactor,
                              model=ModelConfig(script_path=str(script)))
         runtime = start_runtime(config, metrics=metrics)

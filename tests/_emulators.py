@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -121,12 +122,46 @@ def _java() -> str:
     return java
 
 
+#: Ports handed out by this process, never handed out twice.
+_GIVEN: set[int] = set()
+_PICK = random.SystemRandom()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 where it is unreadable)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 right now (the emulators cannot pick their own)."""
+    """A port free on 127.0.0.1 right now, for a server that cannot pick its own.
+
+    Chosen below the kernel's ephemeral range: a port from ``bind(0)`` is one
+    the kernel also gives to outgoing connections, and between this pick and
+    the server's own bind (seconds, for a JVM on a busy machine) a client's
+    connection can take it; CI saw Kafka fail to start with "Address already in
+    use" that way. Below the range, only an explicit bind takes a port, and the
+    pick is random across processes and unique within this one.
+    """
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(500):
+            port = _PICK.randrange(10000, low)
+            if port in _GIVEN:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _GIVEN.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        _GIVEN.add(chosen)
+        return chosen
 
 
 def accepts_connections(port: int) -> bool:

@@ -33,14 +33,19 @@ class LocalServer:
         handle: Called per request, on the request's thread.
         on_exit: Called first on exit, e.g. to release requests held open.
         handler_class: A request handler class to serve instead of `handle`.
+        keep_alive: Speak HTTP/1.1 and keep connections open between requests,
+            as providers do; the answers must then carry a Content-Length.
     """
 
     def __init__(self, handle: Handle | None = None, *,
                  on_exit: Callable[[], None] | None = None,
-                 handler_class: type[BaseHTTPRequestHandler] | None = None) -> None:
+                 handler_class: type[BaseHTTPRequestHandler] | None = None,
+                 keep_alive: bool = False) -> None:
         self._on_exit = on_exit
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_GET(self) -> None:
                 assert handle is not None
                 handle(self, b"")

@@ -119,6 +119,11 @@ class QuotaStats:
         last_ok_by_key: Arrival time of each API key's last successful request.
         billed_calls: ``(user text, prompt tokens, completion tokens)`` of each
             successful request, in arrival order: what one conversation was billed.
+        ok_texts: ``(arrival time, user text)`` of each successful request, in
+            arrival order: which worker's event each served request carried.
+        early_on_connection: Early requests that came on the very connection
+            that had carried their 429: surely sent after it was read, whichever
+            client of a shared key sent them.
     """
 
     rps: float
@@ -141,6 +146,8 @@ class QuotaStats:
     limited_times: tuple[float, ...]
     billed_calls: tuple[tuple[str, int, int], ...] = ()
     last_ok_by_key: dict[str, float] = field(default_factory=dict)
+    ok_texts: tuple[tuple[float, str], ...] = ()
+    early_on_connection: int = 0
 
     def steady_window(self, warm_up_s: float = 5.0, *,
                       shared: bool = False) -> tuple[float, float]:
@@ -229,6 +236,11 @@ class QuotaServer:
             wait keeps asking for the whole window and is still caught.
         exhausted_for_s: How long from construction every request is refused as over
             the billing quota (see `exhaust`).
+        body_delay_ms: How long a rate-limit 429 holds back its body after its headers.
+            A client cannot act on a 429 before it has read it whole, so the server
+            knows to the millisecond when each client could first have known: the
+            window opens when the body has been written, and `early_grace_ms` only
+            has to cover a request's trip across loopback, not the client's delays.
 
     Raises:
         ValueError: For a quota that admits no request, or an unknown style.
@@ -237,7 +249,7 @@ class QuotaServer:
     def __init__(self, *, rps: float, burst: float | None = None, latency_ms: int = 200,
                  retry_after_s: float = 1.0, retry_after_style: str = "seconds",
                  rate_headers: bool = False, early_grace_ms: int = 250,
-                 exhausted_for_s: float = 0.0) -> None:
+                 exhausted_for_s: float = 0.0, body_delay_ms: int = 0) -> None:
         if rps <= 0:
             raise ValueError(f"rps must be positive, not {rps}")
         capacity = float(rps if burst is None else burst)
@@ -255,6 +267,9 @@ class QuotaServer:
         self.retry_after_style = retry_after_style
         self.rate_headers = rate_headers
         self.early_grace_ms = early_grace_ms
+        self.body_delay_ms = body_delay_ms
+        #: Early requests that came on the very connection that had carried their 429.
+        self.early_on_connection = 0
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._tokens = capacity
@@ -273,7 +288,10 @@ class QuotaServer:
         self._limited_times: list[float] = []
         self._billed_calls: list[tuple[str, int, int]] = []
         self._last_ok_by_key: dict[str, float] = {}
-        self._server = LocalServer(self._handle)
+        self._ok_texts: list[tuple[float, str]] = []
+        # Keep-alive, as a provider's API is: a request that comes back on the
+        # connection that carried a 429 was sent after that 429 was read.
+        self._server = LocalServer(self._handle, keep_alive=True)
         self.url = self._server.url
 
     def __enter__(self) -> QuotaServer:
@@ -322,6 +340,8 @@ class QuotaServer:
                 limited_times=tuple(self._limited_times),
                 billed_calls=tuple(self._billed_calls),
                 last_ok_by_key=dict(self._last_ok_by_key),
+                ok_texts=tuple(self._ok_texts),
+                early_on_connection=self.early_on_connection,
             )
 
     def utilisation(self, start_s: float, end_s: float) -> float:
@@ -351,6 +371,20 @@ class QuotaServer:
         call = _parse(document, parsed.path, key, gemini=gemini)
         self._serve(handler, call, arrived)
 
+    def _note_early_on_connection(self, handler: BaseHTTPRequestHandler, arrived: float) -> bool:
+        """Count the request as early if its own connection carried a 429 still in force.
+
+        HTTP/1.1 answers a connection's requests in turn, and a client reads an
+        answer whole before it sends the next request on that connection: so
+        this request left after its client had read the 429. No grace is due.
+        """
+        window: _Window | None = getattr(handler, "quota_window", None)
+        if window is None or arrived >= window.end:
+            return False
+        self._early_offsets.append(arrived - window.start)
+        self.early_on_connection += 1
+        return True
+
     def _count_bad(self, key: str) -> None:
         with self._lock:
             self._requests += 1
@@ -360,12 +394,16 @@ class QuotaServer:
     def _serve(self, handler: BaseHTTPRequestHandler, call: _Call, arrived: float) -> None:
         wall = time.time()
         headers: dict[str, str] = {}
+        wait: float | None = None  # the Retry-After of a rate-limit 429
         with self._lock:
             now = time.monotonic()
             key = call.key
             self._requests += 1
             self._by_key[key] = self._by_key.get(key, 0) + 1
-            self._note_early(key, arrived)
+            if self._note_early_on_connection(handler, arrived):
+                self._early_by_key[key] = self._early_by_key.get(key, 0) + 1
+            else:
+                self._note_early(key, arrived)
             self._refill(now)
             if now < self._exhausted_until:
                 self._exhausted += 1
@@ -376,7 +414,7 @@ class QuotaServer:
                 self._limited_times.append(arrived - self._t0)
                 status = 429
                 wait, headers = self._retry_after(wall, gemini=call.gemini)
-                if wait is not None:
+                if wait is not None and not self.body_delay_ms:
                     self._open_window(key, now, wait)
                 payload = (_gemini_rate_limited(self.retry_after_s) if call.gemini
                            else self._openai_rate_limited(call.model))
@@ -386,6 +424,7 @@ class QuotaServer:
                 self._ok_times.append(arrived - self._t0)
                 self._ok_by_key[key] = self._ok_by_key.get(key, 0) + 1
                 self._last_ok_by_key[key] = arrived - self._t0
+                self._ok_texts.append((arrived - self._t0, call.user_text))
                 status = 200
                 payload, prompt, completion = _success(call)
                 self._prompt_by_key[key] = self._prompt_by_key.get(key, 0) + prompt
@@ -395,7 +434,15 @@ class QuotaServer:
                 headers.update(self._rate_limit_headers())
         if status == 200 and self.latency_ms:
             time.sleep(self.latency_ms / 1000)
-        _send(handler, status, payload, headers=headers, wall=None if status == 200 else wall)
+        delayed = wait is not None and bool(self.body_delay_ms)
+        written = _send(handler, status, payload, headers=headers,
+                        wall=None if status == 200 else wall,
+                        body_delay_s=self.body_delay_ms / 1000 if delayed else 0.0)
+        if wait is not None and written is not None:
+            handler.quota_window = _Window(start=written, end=written + wait)  # type: ignore[attr-defined]
+            if delayed:
+                with self._lock:
+                    self._open_window(key, written, wait)
 
     def _note_early(self, key: str, arrived: float) -> None:
         """Count the request as early if it is inside its key's window, past the grace."""
@@ -531,10 +578,15 @@ def _bad_request(gemini: bool) -> dict[str, Any]:
 
 
 def _send(handler: BaseHTTPRequestHandler, status: int, payload: Any, *,
-          headers: Mapping[str, str] | None = None, wall: float | None = None) -> None:
+          headers: Mapping[str, str] | None = None, wall: float | None = None,
+          body_delay_s: float = 0.0) -> float | None:
     """Answer `payload` as JSON with `headers`; ``Date`` is `wall`, the time the answer meant.
 
+    With `body_delay_s` the headers go first and the body that long after.
     A client that has gone is ignored: the request was counted when it arrived.
+
+    Returns:
+        When the last byte was written (`time.monotonic`), or None if the client had gone.
     """
     body = json.dumps(payload).encode()
     try:
@@ -546,7 +598,11 @@ def _send(handler: BaseHTTPRequestHandler, status: int, payload: Any, *,
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
+        if body_delay_s:
+            handler.wfile.flush()
+            time.sleep(body_delay_s)
         handler.wfile.write(body)
         handler.wfile.flush()
     except OSError:
-        pass
+        return None
+    return time.monotonic()

@@ -9,7 +9,7 @@ import time
 import zlib
 
 from beam_agents.memory import Memory
-from beam_agents.runtime import AgentContext
+from beam_agents.runtime import AgentContext, ToolUnavailable, agent, tool
 
 
 def counter(ctx: AgentContext) -> None:
@@ -343,3 +343,151 @@ async def savepoint_v2(ctx: AgentContext) -> None:
     mood = await _ask_about(ctx, SAVEPOINT_NEW_PROMPT)
     ctx.emit("answer", {"n": count, "seq": ctx.seq, "reply": reply, "mood": mood,
                         "v2_events": upgraded})
+
+
+# -- tools: a side effect the tests can count --------------------------------------------
+
+#: Where `lookup_order` appends a line per run ("<order> <idempotency key>"); set by a test.
+TOOL_LOG_ENV = "BEAM_AGENTS_TEST_TOOL_LOG"
+#: Orders whose lookups answer ToolUnavailable until a test clears them.
+DOWN_ORDERS: set[str] = set()
+
+
+def tool_runs(path: str) -> list[tuple[str, str]]:
+    """The runs `lookup_order` logged to `path`: ``(order, idempotency key)`` each."""
+    with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as handle:
+        return [tuple(line.split()) for line in handle if line.strip()]  # type: ignore[misc]
+    return []
+
+
+@tool
+def lookup_order(order_id: str, idempotency_key: str) -> dict[str, str]:
+    """Look up an order's status (and log the run where a test can count it).
+
+    Args:
+        order_id: The order's id, as the customer wrote it.
+    """
+    import os  # noqa: PLC0415
+
+    if order_id in DOWN_ORDERS:
+        raise ToolUnavailable("the order service is down")
+    if order_id == "explode":
+        raise KeyError(order_id)
+    log = os.environ.get(TOOL_LOG_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"{order_id} {idempotency_key}\n")
+    return {"order_id": order_id, "status": "shipped" if len(order_id) % 2 else "packed"}
+
+
+@agent(tools=[lookup_order])
+async def order_agent(ctx: AgentContext) -> None:
+    """Looks the order up with a tool, then asks the model about it."""
+    order_id = ctx.payload.decode()
+    assert ctx.tools is not None
+    order = await ctx.tools.acall("lookup_order", {"order_id": order_id})
+    reply = await ctx.model.acomplete([{"role": "user",
+                                        "content": f"order {order_id} is {order['status']}"}])
+    ctx.emit("reply", {"order": order, "text": reply.text})
+
+
+@agent(tools=[lookup_order])
+def sync_order_agent(ctx: AgentContext) -> None:
+    """A sync agent calling a sync tool: its thread waits while the tool runs."""
+    assert ctx.tools is not None
+    order = ctx.tools.call("lookup_order", {"order_id": ctx.payload.decode()})
+    ctx.emit("order", order)
+
+
+@agent(tools=[lookup_order])
+def order_loop_agent(ctx: AgentContext) -> None:
+    """Lets the model call the tool in a loop (sync agent)."""
+    result = ctx.model.run_tools([{"role": "user", "content": ctx.payload.decode()}],
+                                 max_steps=3)
+    ctx.emit("answer", {"text": result.text, "steps": result.steps})
+
+
+#: The idempotency keys `reconciling_agent`'s reconcile hook was asked about.
+RECONCILED: list[str] = []
+
+
+def _reconcile(key: str) -> dict[str, str]:
+    RECONCILED.append(key)
+    return {"order_id": "A00", "status": "reconciled"}
+
+
+@agent(tools=[tool(lookup_order.function, name="lookup_order", reconcile=_reconcile)])
+async def reconciling_agent(ctx: AgentContext) -> None:
+    """Looks an order up with a tool that can say whether a cut-off call happened."""
+    assert ctx.tools is not None
+    ctx.emit("order", await ctx.tools.acall("lookup_order", {"order_id": ctx.payload.decode()}))
+
+
+@agent(tools=[lookup_order])
+async def two_lookups_agent(ctx: AgentContext) -> None:
+    """Looks the same order up twice (a bound on calls stops the second)."""
+    assert ctx.tools is not None
+    for _ in range(2):
+        await ctx.tools.acall("lookup_order", {"order_id": ctx.payload.decode()})
+    ctx.emit("done", {})
+
+
+def journal_or_fail(ctx: AgentContext) -> None:
+    """`journal`, failing (after staging its saves) on a payload that is exactly "fail"."""
+    journal(ctx)
+    if ctx.payload == b"fail":
+        raise RuntimeError(f"asked to fail at {ctx.event.event_id}")
+
+
+class Crash(BaseException):
+    """Not an agent failure: escapes the activation core, so the whole run fails."""
+
+
+def crash_the_bundle(ctx: AgentContext) -> None:
+    """`counter`, but a payload "crash" takes the run down (a worker lost, in a test)."""
+    if ctx.payload == b"crash":
+        raise Crash("asked to crash the run")
+    counter(ctx)
+
+
+def replay_kinder(ctx: AgentContext) -> None:
+    """`replay_v1` with a kinder prompt for keys c1 and c2: their requests change."""
+    kind = ctx.entity_key in (b"c1", b"c2")
+    ctx.emit("reply", {"text": _answer(ctx, "You are brief and kind." if kind else
+                                       "You are brief.")})
+
+
+def replay_warm(ctx: AgentContext) -> None:
+    """`replay_v1` asking with another temperature: every request changes, its prompt does not."""
+    reply = ctx.model.complete([{"role": "system", "content": "You are brief."},
+                                {"role": "user", "content": ctx.payload.decode()}],
+                               temperature=0.9)
+    ctx.emit("reply", {"text": reply.text})
+
+
+# -- waits: a refund waits for a person's approval ---------------------------------------------
+
+
+def approval_agent(ctx: AgentContext) -> None:
+    """A refund request waits 10 s (event time) for approval; answers and timeouts settle it."""
+    if ctx.timed_out is not None:
+        ctx.emit("refund", {"approved": False, "why": "no answer",
+                            "request": ctx.timed_out.request_json()})
+    elif ctx.answer is not None:
+        ctx.emit("late_answer" if ctx.answer.late else "refund",
+                 {"approved": ctx.answer.payload_json().get("approved"),
+                  "request": ctx.answer.request_json()})
+    else:
+        amount = int(ctx.payload.decode())
+        ctx.wait_for("approval", deadline_ms=ctx.now_ms + 10_000, request={"amount": amount})
+
+
+@agent(tools=[lookup_order])
+async def order_agent_v2(ctx: AgentContext) -> None:
+    """`order_agent` after a change: it looks the order up under another id."""
+    assert ctx.tools is not None
+    order = await ctx.tools.acall("lookup_order", {"order_id": ctx.payload.decode().lower()})
+    reply = await ctx.model.acomplete([{"role": "user",
+                                        "content": f"order {order['order_id']} is "
+                                                   f"{order['status']}"}])
+    ctx.emit("reply", {"order": order, "text": reply.text})

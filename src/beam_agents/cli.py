@@ -26,28 +26,16 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from beam_agents._summary import print_summary
 from beam_agents.errors import BeamAgentsError, ConfigError, EventDecodeError
 from beam_agents.model import ModelConfig
 from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
 
 __all__ = ["main", "redrivable", "redrive_lines"]
-
-SUMMARY_COUNTERS = (
-    ("events read", "beam_agents.runtime", "events"),
-    ("activations committed", "beam_agents.runtime", "committed"),
-    ("model calls paid", "beam_agents.model", "paid_calls"),
-    ("model calls failed", "beam_agents.model", "provider_errors"),
-    ("model calls replayed", "beam_agents.model", "cache_hits"),
-    ("replayed from journal", "beam_agents.model", "journal_hits"),
-    ("suspensions", "beam_agents.runtime", "suspended"),
-    ("retries", "beam_agents.runtime", "retries"),
-    ("retries exhausted", "beam_agents.runtime", "retries_exhausted"),
-    ("soft-cap warnings", "beam_agents.memory", "soft_cap_warnings"),
-)
-
 
 def _error_lines(path: str) -> Iterator[tuple[int, ErrorRecord]]:
     with open(path, "rb") as handle:
@@ -165,8 +153,13 @@ def _run(argv: list[str]) -> int:
     from beam_agents.beam import (  # noqa: PLC0415
         AgentPipelineOptions,
         agent_config_from_options,
+        check_io,
+        check_runner_flags,
+        output_files,
         run,
+        snapshot_plan_from_options,
     )
+    from beam_agents.hosting import load_agent  # noqa: PLC0415
 
     if any(flag in argv for flag in ("-h", "--help")):
         parser = argparse.ArgumentParser(prog="beam-agents run",
@@ -177,11 +170,26 @@ def _run(argv: list[str]) -> int:
               "is accepted as well.")
         return 0
     sys.path.insert(0, os.getcwd())  # agents in the working tree, like `python -m`
-    opts = PipelineOptions(argv).view_as(AgentPipelineOptions)
-    model = agent_config_from_options(opts).model  # fails here, before the run, if it is bad
+    options = PipelineOptions(argv)
+    opts = options.view_as(AgentPipelineOptions)
+    check_io(opts)
+    check_runner_flags(options)
+    config = agent_config_from_options(opts)  # fails here, before the run, if it is bad
+    # An agent that does not import (or declares a bad tool) is one line now,
+    # not a traceback from every worker's setup once the pipeline has started.
+    load_agent(config.agent)
+    check_model_script(config.model)
+    model = config.model
     for path in (opts.output_path, opts.errors_path):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    snapshot = snapshot_plan_from_options(options)
+    if opts.input_files:
+        print(_state_line(snapshot), file=sys.stderr)
+    if earlier := output_files(options):
+        print(f"removing {len(earlier)} output file(s) an earlier run left "
+              f"({', '.join(earlier[:2])}{', ...' if len(earlier) > 2 else ''}): a run that "
+              "fails leaves none that look current", file=sys.stderr)
     # Library warnings (a soft cap reached, ...) start a line of their own, so the
     # in-place progress line does not swallow them.
     handler = logging.StreamHandler(sys.stderr)
@@ -191,11 +199,46 @@ def _run(argv: list[str]) -> int:
     library.propagate = False
     print("running the agent pipeline ...", file=sys.stderr)
     started = time.monotonic()
-    result = run(argv, progress_every=100)
+    try:
+        result = run(argv, progress_every=100, snapshot=snapshot)
+    finally:
+        library.removeHandler(handler)
+        library.propagate = True
     elapsed_s = time.monotonic() - started
     print(file=sys.stderr)
+    report = getattr(result, "beam_agents_runner", None)
+    if report is not None and report.fallback:
+        # Said where it cannot be missed, not only in the summary (stdout).
+        print(f"beam-agents: ran on {report.describe()}", file=sys.stderr)
     _summarize(result, elapsed_s, model)
     return 0
+
+
+def _state_line(snapshot: Any) -> str:
+    """One line on where the run's keyed state starts: a snapshot, or empty."""
+    if snapshot is None:
+        return ("keyed state starts empty: without --state_snapshot every key starts at seq 0 "
+                "with no working memory, and its state ends with the run (docs/operations.md, "
+                "\"State between batch runs\")")
+    if snapshot.read is None:
+        return (f"keyed state starts empty: {snapshot.where} holds no snapshot yet; this run "
+                "writes the first")
+    read = snapshot.read
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(read.written_at_ms / 1000))
+    return (f"keyed state from {snapshot.where}: {read.keys} key(s), generation "
+            f"{read.generation}, written {when}; this run writes {snapshot.generation}")
+
+
+def check_model_script(model: ModelConfig) -> None:
+    """Read ``--model_script`` before the run: a bad line is one error line, not a worker's trace.
+
+    Raises:
+        ConfigError: the script cannot be read, or a line is bad; names the line.
+    """
+    if model.provider == "local" and model.script_path:
+        from beam_agents.model.providers.local import load_script  # noqa: PLC0415
+
+        load_script(model.script_path)
 
 
 def _replay(argv: list[str]) -> int:
@@ -205,17 +248,24 @@ def _replay(argv: list[str]) -> int:
     return replay.main(argv)
 
 
+def _inspect(argv: list[str]) -> int:
+    from beam_agents import inspection  # noqa: PLC0415
+
+    return inspection.main(argv)
+
+
 def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
     from apache_beam.metrics.metric import MetricsFilter  # noqa: PLC0415
 
     counters: Counter[tuple[str, str]] = Counter()
     peaks: dict[tuple[str, str], int] = {}
+    notes: dict[tuple[str, str], str] = {}
     tally = getattr(result, "beam_agents_tally", None)  # a local streaming run's own count
     if tally is not None:
         for key, value in tally.counters.items():
-            counters[tuple(key.split(":", 1))] += value
-        peaks.update({tuple(key.split(":", 1)): value
-                      for key, value in tally.peaks.items()})
+            counters[_pair(key)] += value
+        peaks.update({_pair(key): value for key, value in tally.peaks.items()})
+        notes.update({_pair(key): text for key, text in tally.notes.items()})
     else:
         found = result.metrics().query(MetricsFilter())  # type: ignore[attr-defined]
         for item in found["counters"]:
@@ -224,48 +274,19 @@ def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
             key = (item.key.metric.namespace, item.key.metric.name)
             if item.committed is not None:
                 peaks[key] = max(peaks.get(key, 0), item.committed.max)
-    events = counters[("beam_agents.runtime", "events")]
-    print("summary")
-    for label, namespace, name in SUMMARY_COUNTERS:
-        print(f"  {label:<28}{counters[(namespace, name)]:>8}")
-    _summarize_flow(counters, model)
-    print(f"  {'peak activations in flight':<28}"
-          f"{peaks.get(('beam_agents.runtime', 'in_flight_peak'), 0):>8}")
-    print(f"  {'events/s':<28}{events / max(elapsed_s, 1e-9):>8.1f}   ({elapsed_s:.1f} s in all)")
-    errors = sorted((name.removeprefix("errors_"), count) for (namespace, name), count
-                    in counters.items() if namespace == "beam_agents.runtime"
-                    and name.startswith("errors_"))
-    print(f"  {'errors by stage':<28}{sum(c for _, c in errors):>8}")
-    for stage, count in sorted(errors):
-        print(f"    {stage:<26}{count:>8}")
-    suspended = counters[("beam_agents.runtime", "suspended")]
-    exhausted = counters[("beam_agents.runtime", "retries_exhausted")]
-    if suspended and not exhausted:
-        print(f"  the provider failed transiently {suspended} time(s); every suspended "
-              "activation was retried and committed: no event was dead-lettered for the outage")
-    elif exhausted:
-        print(f"  {exhausted} event(s) were dead-lettered after their last retry "
-              "(retriable: true); redrive them once the provider is back")
+        for item in found.get("string_sets", ()):
+            # Each worker adds the first it saw; any of them names a real case.
+            texts = sorted(item.committed or item.attempted or ())
+            if texts:
+                notes.setdefault((item.key.metric.namespace, item.key.metric.name), texts[0])
+    report = getattr(result, "beam_agents_runner", None)
+    print_summary(counters, peaks, notes, elapsed_s=elapsed_s, model=model,
+                  runner=report.describe() if report is not None else None)
 
 
-def _summarize_flow(counters: Counter[tuple[str, str]], model: ModelConfig) -> None:
-    """Tokens paid and replayed, the spend, and how the provider's quota shaped the run."""
-    def count(namespace: str, name: str) -> int:
-        return counters[(f"beam_agents.{namespace}", name)]
-
-    tokens_in, tokens_out = count("model", "tokens_in"), count("model", "tokens_out")
-    print(f"  {'tokens paid (in / out)':<28}{tokens_in:>8} / {tokens_out}")
-    print(f"  {'tokens replayed':<28}{count('model', 'tokens_replayed'):>8}")
-    if model.price_in_per_mtok is not None or model.price_out_per_mtok is not None:
-        price_in, price_out = model.price_in_per_mtok or 0.0, model.price_out_per_mtok or 0.0
-        spend = (tokens_in * price_in + tokens_out * price_out) / 1e6
-        print(f"  {'estimated spend':<28}{spend:>8.4f}   (at {price_in:g} / {price_out:g} per "
-              "million tokens in / out; replayed tokens cost nothing)")
-    waited_s = count("runtime", "throttled_ms") / 1000
-    print(f"  {'throttled activations':<28}{count('runtime', 'throttled'):>8}   "
-          f"(waited {waited_s:.1f} s in all for the provider's capacity)")
-    print(f"  {'rate limited (429)':<28}{count('model', 'rate_limited'):>8}")
-    print(f"  {'quota exhausted':<28}{count('model', 'quota_exhausted'):>8}")
+def _pair(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition(":")
+    return namespace, name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,6 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         add_help=False)
     commands.add_parser("replay", help="check an agent against recorded events and their call "
                         "journal, paying nothing (see: beam-agents replay --help)",
+                        add_help=False)
+    commands.add_parser("inspect", help="show one entity's long-term rows, call journal "
+                        "entries and snapshot state (see: beam-agents inspect --help)",
                         add_help=False)
     errors = commands.add_parser("errors", help="read or redrive dead letters")
     actions = errors.add_subparsers(dest="action", required=True)
@@ -296,9 +320,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     redrive.add_argument("--dry_run", action="store_true", help="with --subscription: count "
                          "what would be redriven; publish and acknowledge nothing")
     if args[:1] == ["run"]:
-        return _guarded(lambda: _run(args[1:]), debug=debug)
+        # The standard OTEL_* variables stand for --otel_* flags; flags given win.
+        from beam_agents.hosting import otel_flags_from_env  # noqa: PLC0415
+
+        return _guarded(lambda: _run([*otel_flags_from_env(os.environ), *args[1:]]),
+                        debug=debug)
     if args[:1] == ["replay"]:
         return _guarded(lambda: _replay(args[1:]), debug=debug)
+    if args[:1] == ["inspect"]:
+        return _guarded(lambda: _inspect(args[1:]), debug=debug)
     parsed = parser.parse_args(args)
     if parsed.action == "show":
         return _guarded(lambda: _show(parsed.file), debug=debug)
@@ -339,6 +369,10 @@ def _one_line(exc: BaseException) -> str:
     if not isinstance(exc, BeamAgentsError | OSError):
         text = f"{type(exc).__name__}: {text}"
     if len(text) > _ERROR_LINE_CHARS:
-        text = text[:_ERROR_LINE_CHARS - 1] + "…"
+        # The end often says what to do (Beam: "... stage the jar at PATH"): cut
+        # the middle, and keep the last sentence whole.
+        last = text[text.rfind(". ") + 2:] if ". " in text else ""
+        keep = last if 0 < len(last) < _ERROR_LINE_CHARS else text[-(_ERROR_LINE_CHARS // 2):]
+        text = text[:_ERROR_LINE_CHARS - len(keep) - 3].rstrip() + " … " + keep
     hint = "" if isinstance(exc, BeamAgentsError) else " (--debug shows the traceback)"
     return f"beam-agents: {text}{hint}"

@@ -18,12 +18,22 @@ split by who has to act on it::
     │   ├── MemoryContractError       the store or caller broke the write protocol
     │   ├── StoreLimitError           a record or commit exceeds the backend's limits
     │   ├── JournalUnavailable        the call journal is unreachable or failing; retriable
-    │   └── JournalCorruptError       a stored journal row does not decode; names the key
+    │   ├── JournalCorruptError       a stored journal row does not decode; names the key
+    │   └── SnapshotUnavailable       the state snapshot cannot be read or written; the run stops
     ├── ModelError                    the model provider
     │   ├── ProviderUnavailable       5xx, timeout, open breaker; retriable
     │   │   ├── RateLimitedError      a 429: flow control, never a failure (invariant 11)
     │   │   └── QuotaExhaustedError   the account's quota is used up (a daily or billing limit)
-    │   └── ProviderRejected          other 4xx; not retriable
+    │   ├── ProviderRejected          other 4xx; not retriable
+    │   └── StructuredOutputError     answers that kept failing their response schema
+    ├── ToolError                     a tool the agent called (stage TOOL)
+    │   ├── ToolUnavailable           raised by a tool: try again later; retriable, suspends
+    │   ├── ToolFailedError           the tool raised anything else; names the tool
+    │   ├── ToolCallLimitError        past --max_tool_calls_per_activation
+    │   ├── ToolLoopError             the tool loop passed its max_steps
+    │   └── ToolNotRecordedError      replay met a tool call with no record; it did not run it
+    ├── WaitError                     a wait for an answer (stage WAIT)
+    │   └── TooManyWaitsError         an entity has --max_pending_waits pending
     ├── BudgetExceededError           the agent: an entity spent its token budget (invariant 12)
     ├── BacklogFullError              the producer: a key has --max_queued_per_key queued; retriable
     ├── LateEventError                the producer: an event came behind the watermark; retriable
@@ -60,11 +70,21 @@ __all__ = [
     "RateLimitedError",
     "RingCorruptError",
     "ScopeViolation",
+    "SnapshotUnavailable",
     "StateCorruptError",
     "StateError",
     "StoreError",
     "StoreLimitError",
+    "StructuredOutputError",
+    "TooManyWaitsError",
+    "ToolCallLimitError",
+    "ToolError",
+    "ToolFailedError",
+    "ToolLoopError",
+    "ToolNotRecordedError",
+    "ToolUnavailable",
     "UnsupportedSchemaVersionError",
+    "WaitError",
 ]
 
 
@@ -205,6 +225,18 @@ class JournalCorruptError(StoreError):
         self.key = key
 
 
+class SnapshotUnavailable(StoreError):
+    """The state snapshot's folder or collection failed; the run stops, the last good one stays.
+
+    A snapshot is read before the first activation and written after the
+    last, so its store failing ends the run rather than one activation: the
+    manifest of the last good generation is only replaced once a run wrote
+    all of its own (docs/operations.md, "State between batch runs").
+    """
+
+    retriable = True
+
+
 class StoreLimitError(StoreError, ValueError):
     """A record or a commit exceeds a backend limit; checked before any I/O."""
 
@@ -342,3 +374,91 @@ class ActivationTimeoutError(BeamAgentsError):
     def __init__(self, *, timeout_ms: int) -> None:
         super().__init__(f"the activation ran past its {timeout_ms} ms timeout")
         self.timeout_ms = timeout_ms
+
+
+class StructuredOutputError(ModelError):
+    """The model's answers failed the response schema every time they were asked again.
+
+    Not retriable: the same request is answered the same way (and replayed).
+    """
+
+    def __init__(self, message: str, *, model_id: str | None = None, attempts: int,
+                 errors: str) -> None:
+        super().__init__(message, model_id=model_id)
+        self.attempts = attempts
+        self.errors = errors
+
+
+class ToolError(BeamAgentsError):
+    """A tool an agent called failed; names the tool (stage TOOL)."""
+
+    def __init__(self, message: str, *, tool: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class ToolUnavailable(ToolError):
+    """Raise it from a tool for a failure that a later try may not meet (an API that is down).
+
+    The activation suspends and is retried, as it is for a provider outage;
+    the calls it already recorded are replayed, not run again (invariant 13).
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, tool: str = "") -> None:
+        super().__init__(message, tool=tool)
+
+
+class ToolFailedError(ToolError):
+    """A tool raised something other than `ToolUnavailable`: a dead letter, not a retry."""
+
+
+class ToolCallLimitError(ToolError):
+    """An activation asked for more than ``--max_tool_calls_per_activation`` tool calls."""
+
+    def __init__(self, *, tool: str, limit: int) -> None:
+        super().__init__(f"tool call {limit + 1} ({tool!r}) is past "
+                         f"--max_tool_calls_per_activation {limit}; the tool was not run. "
+                         "Raise the limit, or check the agent for a loop.", tool=tool)
+        self.limit = limit
+
+
+class ToolLoopError(ToolError):
+    """The tool loop still had tool calls to run after its ``max_steps`` model turns."""
+
+    def __init__(self, *, max_steps: int, pending: tuple[str, ...]) -> None:
+        super().__init__(f"the tool loop reached max_steps={max_steps} with the model still "
+                         f"asking for tools ({', '.join(pending) or 'none named'}); raise "
+                         "max_steps or tell the model to answer", tool=pending[0] if pending
+                         else "")
+        self.max_steps = max_steps
+
+
+class WaitError(BeamAgentsError):
+    """A wait for an answer could not be recorded (stage WAIT)."""
+
+
+class TooManyWaitsError(WaitError):
+    """The entity already has ``--max_pending_waits`` waits pending (invariant 4)."""
+
+    def __init__(self, *, entity_key: bytes, name: str, limit: int) -> None:
+        who = entity_key.decode("utf-8", "backslashreplace")
+        super().__init__(f"entity {who!r} already has {limit} waits pending, the most "
+                         f"--max_pending_waits allows; the wait {name!r} was not recorded. "
+                         "Answer or time out the others first, or raise the limit.")
+        self.entity_key = entity_key
+        self.name = name
+        self.limit = limit
+
+
+class ToolNotRecordedError(ToolError):
+    """``beam-agents replay`` met a tool call its journal holds no result for: it would run.
+
+    Replay runs nothing: the activation stops there, as it does at a model
+    call the journal does not hold.
+    """
+
+    def __init__(self, *, tool: str) -> None:
+        super().__init__(f"tool call {tool!r} is not in the call journal: replay does not run "
+                         "tools, so the activation stopped here (it would run)", tool=tool)

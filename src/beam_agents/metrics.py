@@ -3,7 +3,9 @@
 The core increments counters by (namespace, name), the same pairs the
 specification names (``beam_agents.memory:soft_cap_warnings``), and reports
 high-water marks (``beam_agents.runtime:in_flight_peak``) and samples of a
-distribution (``beam_agents.runtime:queue_length``) the same way. The Beam
+distribution (``beam_agents.runtime:queue_length``) the same way, and a
+few notes, text a person needs beside a count (the first entity whose
+long-term write was superseded, ``beam_agents.memory:longterm_superseded_first``). The Beam
 adapter binds them to ``apache_beam.metrics.Metrics`` (a peak becomes a
 distribution, whose max is the peak), the Flink adapter to the operator's
 metric group; tests use `RecordingMetrics`.
@@ -32,6 +34,9 @@ class MetricsSink(Protocol):
     def observe(self, namespace: str, name: str, value: int) -> None:
         """Add one sample to the distribution `namespace:name` (count, sum, min, max)."""
 
+    def note(self, namespace: str, name: str, text: str) -> None:
+        """Record `text` under `namespace:name`; the sink keeps the first it was given."""
+
 
 class NoopMetrics:
     """Discards every increment; the default where nothing is bound."""
@@ -43,6 +48,9 @@ class NoopMetrics:
         """Do nothing."""
 
     def observe(self, namespace: str, name: str, value: int) -> None:
+        """Do nothing."""
+
+    def note(self, namespace: str, name: str, text: str) -> None:
         """Do nothing."""
 
 
@@ -75,6 +83,7 @@ class RecordingMetrics:
         self.counters: Counter[str] = Counter()
         self.peaks: dict[str, int] = {}
         self.distributions: dict[str, Distribution] = {}
+        self.notes: dict[str, str] = {}
 
     def inc(self, namespace: str, name: str, value: int = 1) -> None:
         """Add `value` to ``counters["namespace:name"]``."""
@@ -88,6 +97,10 @@ class RecordingMetrics:
     def observe(self, namespace: str, name: str, value: int) -> None:
         """Add `value` to ``distributions["namespace:name"]``."""
         self.distributions.setdefault(f"{namespace}:{name}", Distribution()).add(value)
+
+    def note(self, namespace: str, name: str, text: str) -> None:
+        """Keep the first `text` in ``notes["namespace:name"]``."""
+        self.notes.setdefault(f"{namespace}:{name}", text)
 
     def get(self, namespace: str, name: str) -> int:
         """Return the current value of ``namespace:name`` (0 if never incremented)."""
@@ -108,6 +121,8 @@ class BufferedMetrics:
         self._pending: Counter[tuple[str, str]] = Counter()
         self._peaks: dict[tuple[str, str], int] = {}
         self._samples: list[tuple[str, str, int]] = []
+        self._notes: dict[tuple[str, str], str] = {}
+        self._noted: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._bound: dict[tuple[str, str], Any] = {}
         self._distributions: dict[tuple[str, str], Any] = {}
@@ -128,6 +143,14 @@ class BufferedMetrics:
         with self._lock:
             self._samples.append((namespace, name, value))
 
+    def note(self, namespace: str, name: str, text: str) -> None:
+        """Buffer a note; only the first per name is ever reported; safe from any thread."""
+        with self._lock:
+            key = (namespace, name)
+            if key not in self._noted:
+                self._noted.add(key)
+                self._notes[key] = text
+
     def drain(self) -> list[tuple[str, str, int]]:
         """Take every buffered ``(namespace, name, value)`` and reset the buffer."""
         with self._lock:
@@ -144,10 +167,13 @@ class BufferedMetrics:
         with self._lock:
             peaks, self._peaks = self._peaks, {}
             samples, self._samples = self._samples, []
+            notes, self._notes = self._notes, {}
         for (namespace, name), value in peaks.items():
             self._report_peak(namespace, name, value)
         for namespace, name, value in samples:
             self._report_sample(namespace, name, value)
+        for (namespace, name), text in notes.items():
+            self._report_note(namespace, name, text)
 
     def _report_peak(self, namespace: str, name: str, value: int) -> None:
         """Hand a high-water mark to the engine; subclasses bind it."""
@@ -156,6 +182,9 @@ class BufferedMetrics:
     def _report_sample(self, namespace: str, name: str, value: int) -> None:
         """Hand one sample of a distribution to the engine; subclasses bind it."""
         raise NotImplementedError
+
+    def _report_note(self, namespace: str, name: str, text: str) -> None:
+        """Hand a note to the engine; engines without text metrics keep none."""
 
     def _counter(self, namespace: str, name: str) -> Any:
         """The engine's counter for ``namespace:name``, anything with ``inc``."""

@@ -5,10 +5,13 @@ flags (see flex_template.json). All pipeline logic lives in beam_agents.beam.
 """
 
 import logging
+import os
 import sys
 
 from beam_agents.beam import run
+from beam_agents.hosting import otel_flags_from_env
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    run(sys.argv[1:])
+    # The standard OTEL_* variables, read here on the launcher; flags win.
+    run([*otel_flags_from_env(os.environ), *sys.argv[1:]])

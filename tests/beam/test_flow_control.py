@@ -121,6 +121,39 @@ def test_no_request_arrives_while_a_retry_after_is_in_force(
     assert summary(stdout, "model calls failed") == "0"
 
 
+def test_no_request_leaves_a_worker_after_it_read_a_429_until_the_retry_after_passed(
+        tmp_path: Path) -> None:
+    """Two workers, 160 keys each, a 20/s quota: 0 requests sent inside a window they had read.
+
+    The server keeps its connections alive, as providers do, so a request
+    that comes back on the connection that carried a 429 was surely sent
+    after its client read it; and it holds each 429's body back for 150 ms,
+    so it knows when a client could first have read it on any connection (a
+    request more than the grace later, inside the Retry-After, is early: a
+    pause cut short). Each
+    worker runs 160 activations at once, more than its 100 pooled connections:
+    admitted calls wait for a connection, and the 429 that frees one must
+    stop them there. The clients run in processes of their own, so they do
+    not slow the server's clock.
+    """
+    with QuotaServer(rps=20, latency_ms=200, retry_after_s=1.0, body_delay_ms=150) as server:
+        # 160 in flight: more than httpx's 100 pooled connections, so admitted
+        # calls wait for a connection, and a 429 can be read while they do.
+        jobs = [worker(tmp_path, server, name, "--max_in_flight", "160", "--agent_threads", "160",
+                       keys=160, per_key=2)
+                for name in ("wa", "wb")]
+        for job in jobs:
+            _, stderr = job.communicate(timeout=200)
+            assert job.returncode == 0, stderr[-3000:]
+        stats = server.stats()
+
+    for name in ("wa", "wb"):
+        intents, errors = outputs(tmp_path, name)
+        assert (len(intents), errors) == (160 * 2, [])
+    assert stats.rate_limited > 0  # there were windows to honour
+    assert stats.early == 0, stats.early_offsets_s
+
+
 def test_an_exhausted_quota_is_probed_once_per_backoff_and_nothing_is_lost(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,13 +175,15 @@ def test_an_exhausted_quota_is_probed_once_per_backoff_and_nothing_is_lost(
     assert summary(stdout, "retries exhausted") == "0"
 
 
-def worker(tmp_path: Path, server: QuotaServer, name: str) -> subprocess.Popen[str]:
+def worker(tmp_path: Path, server: QuotaServer, name: str, *extra: str, keys: int = 32,
+           per_key: int = 6, key: str | None = None) -> subprocess.Popen[str]:
+    """A `beam-agents run` process; its API key is `key`, else its name."""
     events = tmp_path / f"{name}.jsonl"
-    write_events(events, keys=32, per_key=6, prefix=name)
-    env = {**os.environ, "QUOTA_TEST_KEY": name}
+    write_events(events, keys=keys, per_key=per_key, prefix=name)
+    env = {**os.environ, "QUOTA_TEST_KEY": key or name}
     return subprocess.Popen(
         [sys.executable, "-m", "beam_agents", "run",
-         *flags(tmp_path, server, events=events, out=name)],
+         *flags(tmp_path, server, events=events, out=name), *extra],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -167,6 +202,58 @@ def test_two_worker_processes_sharing_one_quota_reach_85_percent_of_it(tmp_path:
     used, _ = after_warm_up(stats, shared=True)
     assert used >= 0.85, used
     assert stats.early == 0
+
+
+def densest_burst(stats: QuotaStats, since: float, *, window_s: float = 0.25) -> int:
+    """The most requests that arrived within `window_s` of each other, from `since` on."""
+    arrivals = sorted(t for t in (*stats.ok_times, *stats.limited_times) if t >= since)
+    return max((sum(1 for u in arrivals[i:] if u - t < window_s)
+                for i, t in enumerate(arrivals)), default=0)
+
+
+def test_a_rerun_with_a_journal_starts_from_the_rate_the_last_run_learned(
+        tmp_path: Path) -> None:
+    """Two workers learn a 20/s quota; the next two start paced at their share: no burst."""
+    journal = tmp_path / "calls.sqlite"
+    with_journal = ("--call_journal", "sqlite", "--call_journal_path", str(journal))
+
+    def both(server: QuotaServer, prefix: str) -> float:
+        """Run two workers on new events (nothing replays); return when they started."""
+        since = server.stats().elapsed_s
+        jobs = [worker(tmp_path, server, f"{prefix}{name}", *with_journal, per_key=4,
+                       key="team-key") for name in ("a", "b")]
+        for job in jobs:
+            _, stderr = job.communicate(timeout=200)
+            assert job.returncode == 0, stderr[-3000:]
+        return since
+
+    # One server: the account (its endpoint and key) is what the rates are kept under.
+    with QuotaServer(rps=20, latency_ms=200, retry_after_s=1.0) as server:
+        first = both(server, "w")
+        rows = sqlite3.connect(journal).execute(
+            "SELECT worker, rate_rps FROM learned_rates").fetchall()
+        again = both(server, "v")
+        stats = server.stats()
+
+    assert len(rows) == 2 and all(rate > 0 for _, rate in rows), rows
+    # Unpaced, the first run sent 63 calls at once after its first answer (29 on a
+    # machine at load 20, its workers starting apart); paced at the learned share,
+    # the rerun's two workers send a few per quarter second.
+    assert densest_burst(stats, first) >= 20
+    assert densest_burst(stats, again) <= 12
+    # (No `early` check: the server's windows are per API key, and these two
+    # processes share one, so a window one worker read is not the other's.)
+
+
+def test_rate_limit_headers_set_the_rate_before_any_429(tmp_path: Path) -> None:
+    """The first answer says the account's limit: one worker sends at it, never refused."""
+    with QuotaServer(rps=20, latency_ms=200, retry_after_s=1.0, rate_headers=True) as server:
+        job = worker(tmp_path, server, "wh", keys=64, per_key=4)
+        _, stderr = job.communicate(timeout=200)
+        assert job.returncode == 0, stderr[-3000:]
+        stats = server.stats()
+    assert stats.ok == 64 * 4
+    assert stats.rate_limited <= 2, stats.limited_times
 
 
 def journal_tokens(journal: Path) -> tuple[int, int]:

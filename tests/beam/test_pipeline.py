@@ -103,7 +103,8 @@ def test_malformed_lines_become_decode_errors_and_every_line_is_accounted_for(
 
 
 def test_the_soft_cap_counter_shows_in_result_metrics(tmp_path: Path) -> None:
-    _, errors, result = run(tmp_path, None, "examples.support_agent:agent", source=SAMPLE)
+    intents, errors, result = run(tmp_path, None, "examples.support_agent:agent",
+                                  source=SAMPLE)
 
     assert counter_value(result, "beam_agents.memory", "soft_cap_warnings") >= 1
     assert counter_value(result, "beam_agents.runtime", "events") == len(
@@ -112,7 +113,10 @@ def test_the_soft_cap_counter_shows_in_result_metrics(tmp_path: Path) -> None:
     found = result.metrics().query(MetricsFilter().with_name("queue_length"))["distributions"]
     lengths = [d.committed for d in found if d.key.metric.namespace == "beam_agents.runtime"]
     undecodable = sum(1 for error in errors if error["stage"] == "STAGE_DECODE")
-    assert sum(d.count for d in lengths) == len(SAMPLE.read_text().splitlines()) - undecodable
+    waits = sum(1 for intent in intents if intent["kind"] == "wait")
+    assert waits > 0  # each wait's timeout is queued at its deadline, as an event of its own
+    assert sum(d.count for d in lengths) == len(
+        SAMPLE.read_text().splitlines()) - undecodable + waits
     assert max(d.max for d in lengths) > 1  # the sample has keys with many events
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,10 @@ from apache_beam.utils import subprocess_server
 from google.protobuf import json_format
 
 from beam_agents.beam import build_pipeline
+from beam_agents.beam._runner import FINISH_BUNDLE_BEFORE_CHECKPOINTING as FINISH
+from beam_agents.beam._runner import with_runner_safeguards
 from beam_agents.cli import main
+from tests._emulators import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -101,12 +103,6 @@ def test_the_embedded_portable_runner_with_loopback_writes_what_the_direct_runne
     intents, errors = direct
     assert len(intents) >= 11 and error_stages(errors) == stages
     assert portable == direct
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -335,3 +331,20 @@ def test_build_beam_jar_sh_hands_the_executable_path_to_the_job_server(
     assert options["beam:option:checkpointing_interval:v1"] == "60000"
     assert {external_endpoint(e) for e in service.environments()} == {"localhost:50000"}
     assert not jar.exists()  # only the Java job server writes it
+
+
+def test_a_streaming_flink_run_finishes_bundles_before_checkpoints_unless_told() -> None:
+    """The FlinkRunner on --streaming gets --finish_bundle_before_checkpointing; nothing else does.
+
+    Without it a checkpoint can buffer a bundle's lines behind the final
+    watermark (`with_runner_safeguards`; tests/portable runs it for real).
+    """
+    flink = ["--runner=FlinkRunner", "--input_files=x.jsonl"]
+    assert with_runner_safeguards(flink, streaming=True) == [*flink, FINISH]
+    assert with_runner_safeguards(flink, streaming=False) == flink
+    given = [*flink, FINISH]
+    assert with_runner_safeguards(given, streaming=True) == given  # not twice
+    direct = ["--runner=DirectRunner", "--input_files=x.jsonl"]
+    assert with_runner_safeguards(direct, streaming=True) == direct
+    dotted = ["--runner=apache_beam.runners.portability.flink_runner.FlinkRunner"]
+    assert with_runner_safeguards(dotted, streaming=True) == [*dotted, FINISH]

@@ -428,9 +428,9 @@ class StepClock:
 
 def fresh_cells(*, memory: bytes | None = None, llm_cache: bytes | None = None,
                 seq: int | None = None) -> KeyCells:
-    """A key's nine keyed-state cells, in process, optionally seeded."""
+    """A key's ten keyed-state cells, in process, optionally seeded."""
     return KeyCells(state=StateCells(ValueCell(memory), ValueCell(llm_cache), ValueCell(seq),
-                                      ValueCell()),
+                                      ValueCell(), ValueCell()),
                     queue=BagCell(), dequeued=BagCell(), queue_meta=ValueCell(),
                     attempt=ValueCell(), retry_at_ms=ValueCell())
 

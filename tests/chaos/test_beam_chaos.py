@@ -89,6 +89,7 @@ class SeededAgentDoFn(AgentDoFn):
         llm_cache: Any = _PARAMS["llm_cache"].default,
         seq: Any = _PARAMS["seq"].default,
         budget: Any = _PARAMS["budget"].default,
+        waits: Any = _PARAMS["waits"].default,
         queue: Any = _PARAMS["queue"].default,
         dequeued: Any = _PARAMS["dequeued"].default,
         queue_meta: Any = _PARAMS["queue_meta"].default,
@@ -105,7 +106,7 @@ class SeededAgentDoFn(AgentDoFn):
             memory.write(blob)
             seq.write(committed_seq)
         SEEN[key].append((memory.read(), seq.read()))
-        return super().process(element, memory, llm_cache, seq, budget, queue, dequeued,
+        return super().process(element, memory, llm_cache, seq, budget, waits, queue, dequeued,
                                queue_meta, attempt, retry_at, watermark, wake, release,
                                end_of_input)
 

@@ -42,6 +42,7 @@ from beam_agents.model._journal import (
     InMemoryCallJournal,
     JournalEntry,
     JournalWrite,
+    LearnedRateRecord,
 )
 from beam_agents.runtime import MAX_EVENT_BYTES
 from beam_agents.stores import (
@@ -986,3 +987,85 @@ def test_a_store_agrees_with_the_in_memory_fake(journals: Journals, run: Run[Any
                 assert dict(run(journal.read(entity, seq))) == dict(run(model.read(entity, seq)))
 
     agrees()
+
+
+# -- learned rates ---------------------------------------------------------------------
+
+
+def rate(worker: str, rps: float, at_ms: int = 1_000, account: str = "acct") -> LearnedRateRecord:
+    return LearnedRateRecord(account=account, worker=worker, rate_rps=rps, updated_ms=at_ms)
+
+
+def test_learned_rates_are_kept_per_worker_and_the_last_write_of_each_wins(
+        journals: Journals, run: Run[Any]) -> None:
+    """Another journal on the same store, as the next run's worker, reads what was kept."""
+    first = journals.open()
+    run(first.write_rate(rate("w1", 9.5)))
+    run(first.write_rate(rate("w2", 10.5)))
+    run(first.write_rate(rate("w1", 8.0, at_ms=2_000)))
+    run(first.write_rate(rate("w1", 50.0, account="other")))
+    later = journals.open()
+    assert list(run(later.read_rates("acct"))) == [rate("w1", 8.0, at_ms=2_000),
+                                                   rate("w2", 10.5)]
+    assert list(run(later.read_rates("nobody"))) == []
+
+
+@stored_only
+def test_a_learned_rate_row_that_does_not_decode_is_skipped_not_raised(
+        journals: Journals, run: Run[Any]) -> None:
+    journal = journals.open()
+    run(journal.write_rate(rate("w1", 9.5)))
+    if journals.backend == "sqlite":
+        with sqlite3.connect(journals.path) as connection:
+            connection.execute("INSERT INTO learned_rates VALUES ('acct', 'w2', 'fast', 'now')")
+        connection.close()
+    else:
+        async def put() -> None:
+            client = AsyncClient(project=journals.project)
+            try:
+                await client.collection("beam_agents_calls_rates").document("bad").set(
+                    {"account": "acct", "worker": "w2", "rate_rps": "fast"})
+            finally:
+                await _close_client(client)
+
+        run(put())
+    assert list(run(journal.read_rates("acct"))) == [rate("w1", 9.5)]
+
+
+# -- what a person and a replay read: the request summary, an entity's entries --------
+
+
+@stored_only
+def test_the_request_summary_is_stored_and_an_entitys_entries_list_in_seq_order(
+        journals: Journals, run: Run[Any]) -> None:
+    """`entries_of` gives every call of one entity, with what shaped each request."""
+    journal = journals.open()
+    summary = '{"model_id":"gpt-x","sampling":{"temperature":0},"tools":[]}'
+    for seq in (3, 1, 2):
+        run(journal.write(replace(entry(entity=ALICE, seq=seq, response=f"r{seq}".encode()),
+                                  request=summary)))
+    run(journal.write(entry(entity=BOB, seq=1)))
+    listed = run(journal.entries_of(ALICE))  # type: ignore[attr-defined]
+    assert [(e.seq, e.request) for e in listed] == [(1, summary), (2, summary), (3, summary)]
+    assert next(iter(run(journal.read(ALICE, 2)).values())).request == summary
+
+
+@only("sqlite")
+def test_a_journal_an_earlier_version_made_gains_the_request_column(
+        journals: Journals, run: Run[Any]) -> None:
+    """An existing database is brought up to date on open; its old rows read as unsummarised."""
+    with sqlite3.connect(journals.path) as connection:
+        connection.execute(
+            "CREATE TABLE call_journal (cache_key TEXT NOT NULL PRIMARY KEY, entity_key BLOB "
+            "NOT NULL, seq INTEGER NOT NULL, response BLOB NOT NULL, sha256 BLOB NOT NULL, "
+            "digest_only INTEGER NOT NULL, created_at_ms INTEGER NOT NULL, expire_at_ms "
+            "INTEGER NOT NULL)")
+        old = entry()
+        connection.execute("INSERT INTO call_journal VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           (old.cache_key, old.entity_key, old.seq, old.response, old.sha256,
+                            0, old.created_at_ms, old.expire_at_ms))
+    connection.close()
+    journal = journals.open()
+    assert dict(run(journal.read(ALICE, 1))) == {old.cache_key: old}
+    run(journal.write(replace(entry(seq=2), request='{"model_id":"m"}')))
+    assert next(iter(run(journal.read(ALICE, 2)).values())).request == '{"model_id":"m"}'

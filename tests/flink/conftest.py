@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import pytest
 import yaml
 
 from beam_agents.memory import LongtermStoreConfig
+from tests._emulators import free_port
 from tests._firestore_server import firestore_host
 from tests.flink._sink import part_lines
 
@@ -57,7 +57,7 @@ def job_env(**extra: str) -> dict[str, str]:
 
 
 def run_job(command: Sequence[str], *, env: dict[str, str] | None = None,
-            log_dir: Path | None = None) -> str:
+            log_dir: Path | None = None, cwd: Path = REPO) -> str:
     """Run a Flink job to completion; fail the test with its log tails if it fails.
 
     The job's MiniCluster logs to `log_dir` (a temporary one if None), so a
@@ -69,7 +69,7 @@ def run_job(command: Sequence[str], *, env: dict[str, str] | None = None,
         logs.mkdir(parents=True, exist_ok=True)
         job = {**(env or job_env()), "FLINK_LOG_DIR": str(logs)}
         try:
-            code, output = _run_to_end([sys.executable, *command], env=job)
+            code, output = _run_to_end([sys.executable, *command], env=job, cwd=cwd)
         except AssertionError as hung:
             raise AssertionError(f"{hung}\n{_flink_log_digest(logs)}") from None
         if code != 0:
@@ -94,7 +94,8 @@ def _tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _run_to_end(argv: Sequence[str], *, env: dict[str, str]) -> tuple[int, str]:
+def _run_to_end(argv: Sequence[str], *, env: dict[str, str],
+                cwd: Path = REPO) -> tuple[int, str]:
     """Run `argv` in a process group of its own; returns its exit code and output.
 
     A local job's JVM (and a cluster client's) is a child of the process, so a
@@ -102,7 +103,7 @@ def _run_to_end(argv: Sequence[str], *, env: dict[str, str]) -> tuple[int, str]:
     load the machine for the next one. Before that, the JVMs' task threads and
     the Python threads are dumped, so the failure shows where the job stuck.
     """
-    with subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True) as proc:
         try:
             output, _ = proc.communicate(timeout=_JOB_TIMEOUT_S)
@@ -180,12 +181,6 @@ def store_rows(config: LongtermStoreConfig, entities: Sequence[bytes]) -> list[b
     return asyncio.run(read())
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 #: Task managers of the test cluster. Two, as a real deployment has more than
 #: one: a job that loses one (Flink ends a task manager whose task fails while
 #: it is cleaning up after a killed Python worker) restarts on the other.
@@ -206,9 +201,10 @@ def _live_task_managers(pid_dir: Path) -> int:
     alive = 0
     for pid_file in pid_dir.glob("*taskexecutor*.pid"):
         for pid in pid_file.read_text().split():
-            with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
-                os.kill(int(pid), 0)
-                alive += 1
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # A killed one not yet reaped is a zombie: dead all the same.
+                state = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                alive += state != "Z"
     return alive
 
 
@@ -223,7 +219,7 @@ def _await_task_managers(address: str, env: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
-def _replace_lost_task_managers(address: str, env: dict[str, str]) -> None:
+def replace_lost_task_managers(address: str, env: dict[str, str]) -> None:
     """Start a task manager for each one that has died, as a deployment's supervisor would.
 
     A test that kills a Python worker may take its task manager down with it;
@@ -253,13 +249,16 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     log_dir.mkdir()
     pid_dir.mkdir()
     conf = yaml.safe_load((conf_dir / "config.yaml").read_text())
-    rest_port = _free_port()
-    conf["jobmanager"]["rpc"]["port"] = _free_port()
+    rest_port = free_port()
+    conf["jobmanager"]["rpc"]["port"] = free_port()
     conf["jobmanager"]["memory"]["process"]["size"] = "1024m"
     conf["taskmanager"]["numberOfTaskSlots"] = 2
     conf["taskmanager"]["memory"]["process"]["size"] = "1280m"
     conf["rest"] = {**conf.get("rest", {}), "port": rest_port, "bind-port": str(rest_port)}
     conf["python"] = {"executable": sys.executable, "client": {"executable": sys.executable}}
+    # A killed task manager (test_kafka_failover) is noticed within seconds, not the
+    # default 50 s: heartbeats every 2 s, and two failed ones mark it lost.
+    conf["heartbeat"] = {"interval": 2000, "timeout": 20000}
     # Counters reach the task manager's log, so a test can see them leave Python.
     conf["metrics"] = {"reporter": {"slf4j": {
         "factory": {"class": "org.apache.flink.metrics.slf4j.Slf4jReporterFactory"},
@@ -284,17 +283,18 @@ def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
                     os.kill(int(pid), 9)
 
 
-def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[str]) -> str:
+def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[str], *,
+              cwd: Path = REPO) -> str:
     """``flink run --python script args`` against `address`; returns its output.
 
     If the job fails or hangs, every job still on the cluster is cancelled, so
     the next test gets free slots, and the cluster logs' digest is shown.
     """
-    _replace_lost_task_managers(address, env)
+    replace_lost_task_managers(address, env)
     command = [str(FLINK_HOME / "bin" / "flink"), "run", "-m", address, "--python", str(script),
                "-pyexec", sys.executable, *args]
     try:
-        code, output = _run_to_end(command, env=env)
+        code, output = _run_to_end(command, env=env, cwd=cwd)
     except AssertionError as hung:
         task_managers = [_task_threads(int(pid))
                          for pid_file in Path(env["FLINK_PID_DIR"]).glob("*taskexecutor*.pid")
@@ -317,3 +317,86 @@ def _cluster_post_mortem(address: str, env: dict[str, str]) -> str:
                                                 method="PATCH")
                 urllib.request.urlopen(cancel, timeout=5).close()
     return _flink_log_digest(Path(env["FLINK_LOG_DIR"]))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[str]:
+    """A real Kafka broker (tests/_kafka.py) for the session: yields ``bootstrap.servers``.
+
+    Each test makes topics of its own (uuid-named), so tests never read each other's records.
+    """
+    from tests._kafka import KafkaBroker  # noqa: PLC0415
+
+    broker = KafkaBroker()
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def background_job(command: Sequence[str], *, env: dict[str, str],
+                   log_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """A streaming Flink job (it never ends by itself) running for the block, then killed.
+
+    The job runs in a process group of its own, as `run_job`'s do, so its
+    MiniCluster and Python workers go with it. If the block fails, the job's
+    output and its Flink log digest are added to the failure.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    output = log_dir / "job.out"
+    with output.open("w") as out:
+        proc = subprocess.Popen([sys.executable, *command], cwd=REPO,
+                                env={**env, "FLINK_LOG_DIR": str(log_dir)}, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        yield proc
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\nThe job's output ends:\n"
+                             f"{_tail(output.read_text(errors='replace'))}\n"
+                             f"{_flink_log_digest(log_dir)}") from None
+    finally:
+        _kill_group(proc.pid)
+        proc.wait(timeout=30)
+
+
+def submit_detached(address: str, env: dict[str, str], script: Path, args: Sequence[str]) -> str:
+    """``flink run -d --python script args`` on the cluster; returns the job's id."""
+    replace_lost_task_managers(address, env)
+    command = [str(FLINK_HOME / "bin" / "flink"), "run", "-d", "-m", address, "--python",
+               str(script), "-pyexec", sys.executable, *args]
+    code, output = _run_to_end(command, env=env)
+    found = re.search(r"JobID ([0-9a-f]{32})", output)
+    assert code == 0 and found, f"{_tail(output)}\n{_cluster_post_mortem(address, env)}"
+    return found.group(1)
+
+
+def cancel_jobs(address: str, env: dict[str, str]) -> str:
+    """Cancel every unfinished job on the cluster, restore its task managers; the log digest."""
+    digest = _cluster_post_mortem(address, env)
+    replace_lost_task_managers(address, env)
+    return digest
+
+
+def job_task_manager_pids(address: str, job_id: str, env: dict[str, str]) -> list[int]:
+    """The pids of the task managers that run a task of `job_id` (by their RPC ports)."""
+    with urllib.request.urlopen(f"http://{address}/jobs/{job_id}", timeout=5) as reply:
+        vertices = json.load(reply)["vertices"]
+    ports: set[int] = set()
+    for vertex in vertices:
+        url = f"http://{address}/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            for manager in json.load(reply)["taskmanagers"]:
+                ports.add(int(str(manager["taskmanager-id"]).split(":")[1].split("-")[0]))
+    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10,
+                               check=True).stdout
+    live = {int(pid) for pid_file in Path(env["FLINK_PID_DIR"]).glob("*taskexecutor*.pid")
+            for pid in pid_file.read_text().split()}
+    pids = set()
+    for line in listening.splitlines():
+        port = re.search(r":(\d+)\s", line)
+        pid = re.search(r"pid=(\d+)", line)
+        if port and pid and int(port.group(1)) in ports and int(pid.group(1)) in live:
+            pids.add(int(pid.group(1)))
+    return sorted(pids)

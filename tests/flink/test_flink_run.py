@@ -10,7 +10,9 @@ shipped with ``-pyfs``/``-pyarch``).
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,13 +23,23 @@ from tests.flink.conftest import REPO, flink_run, part_lines
 pytestmark = pytest.mark.timeout(300)
 
 
+def _event_order(line: bytes) -> tuple[int, str]:
+    """A line's place in event time; a malformed line goes last (it is a dead letter anyway)."""
+    try:
+        event = json.loads(line)
+        return int(event["event_time_ms"]), str(event.get("event_id", ""))
+    except (ValueError, KeyError, TypeError):
+        return sys.maxsize, ""
+
+
 def test_flink_run_submits_the_template_to_a_standalone_cluster(
         flink_cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
     """The submitted job writes the same intents and dead letters as the Beam pipeline."""
     address, env = flink_cluster
     events = tmp_path / "events.jsonl"
-    events.write_bytes(b"".join((REPO / "examples" / "events.jsonl").open("rb").readlines()[:120])
-                       + b"not json\n")
+    # In event-time order, so that the job's arrival order is the Beam run's order.
+    lines = (REPO / "examples" / "events.jsonl").open("rb").readlines()[:120]
+    events.write_bytes(b"".join(sorted(lines, key=_event_order)) + b"not json\n")
     agent = ["--agent", "examples.support_agent:agent"]
     stdout = flink_run(address, env, REPO / "templates" / "flink" / "agent_job.py", [
         "--input_files", str(events), "--output_path", str(tmp_path / "intents"),

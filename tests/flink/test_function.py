@@ -117,6 +117,15 @@ class _RuntimeContext:
     def get_metrics_group(self) -> _Group:
         return self._group
 
+    def get_job_parameter(self, key: str, default_value: str) -> str:
+        return default_value  # no tally folder: the run's client reads none
+
+    def get_index_of_this_subtask(self) -> int:
+        return 0
+
+    def get_attempt_number(self) -> int:
+        return 0
+
 
 class _Context:
     """What PyFlink hands a callback: the key, a timer service, and a timer's domain."""

@@ -5,11 +5,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from beam_agents.errors import ConfigError
-from beam_agents.flink import FlinkJobOptions, FlinkMetrics, flink_settings, job_parser, parse_args
+from beam_agents.flink import (
+    FlinkJobOptions,
+    FlinkMetrics,
+    expand_input_files,
+    flink_settings,
+    job_parser,
+    parse_args,
+)
 from beam_agents.flink._job import AUTO_BUNDLE_SIZE
 
 IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
@@ -174,3 +182,61 @@ def test_an_unknown_python_execution_mode_names_the_flag() -> None:
         FlinkJobOptions(input_files=("a",), output_path="o", errors_path="e",
                         python_execution_mode="embedded")  # type: ignore[arg-type]
     assert raised.value.field == "python_execution_mode"
+
+
+KAFKA = ["--input_kafka_topic", "events", "--output_kafka_topic", "intents",
+         "--errors_kafka_topic", "errors", "--kafka_bootstrap_servers", "b:9092",
+         "--agent", "tests.agents:counter"]
+
+
+def test_kafka_flags_map_onto_kafka_options_with_client_properties() -> None:
+    options, _ = parse_args([*KAFKA, "--kafka_property", "security.protocol=SASL_SSL",
+                             "--kafka_property", "sasl.jaas.config=a=b c", "--late_events",
+                             "dead_letter", "--max_out_of_orderness_ms", "5000"])
+    assert options.input_files == () and options.output_path is None
+    assert options.kafka is not None and options.kafka.input_topic == "events"
+    assert dict(options.kafka.properties) == {"security.protocol": "SASL_SSL",
+                                              "sasl.jaas.config": "a=b c"}
+    assert options.kafka.late_events == "dead_letter"
+    assert options.kafka.max_out_of_orderness_ms == 5000
+    # On a topic events run while the input arrives: arrival order's small bundles.
+    assert flink_settings(options)["python.fn-execution.bundle.size"] == "16"
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (["--input_files", "a.jsonl"], "input_files"),
+    (["--output_path", "out/"], "output_path"),
+    (["--kafka_bootstrap_servers", ""], "kafka_bootstrap_servers"),
+    (["--kafka_property", "no-equals-sign"], "kafka_property"),
+    (["--kafka_property", "transactional.id=x"], "kafka_property"),
+    (["--kafka_transaction_timeout_ms", "10"], "kafka_transaction_timeout_ms"),
+    (["--idle_timeout_ms", "-1"], "idle_timeout_ms"),
+])
+def test_bad_kafka_flags_fail_naming_the_flag(extra: list[str], field: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_args([*KAFKA, *extra])
+    assert raised.value.field == field
+
+
+def test_flink_conf_is_set_last_over_the_jobs_own_settings() -> None:
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter", "--flink_conf",
+                             "python.fn-execution.bundle.size=7", "--flink_conf", "a.b=c"])
+    settings = flink_settings(options)
+    assert settings["python.fn-execution.bundle.size"] == "7" and settings["a.b"] == "c"
+
+
+def test_input_files_take_a_glob_as_beam_agents_run_does(tmp_path: Path) -> None:
+    """THEN a glob is matched by Beam's file systems, in name order; a folder passes as it is."""
+    for name in ("b.jsonl", "a.jsonl", "c.txt"):
+        (tmp_path / name).write_text("{}\n")
+    (tmp_path / "day").mkdir()
+
+    assert expand_input_files([f"{tmp_path}/*.jsonl", f"{tmp_path}/day"]) == (
+        f"{tmp_path}/a.jsonl", f"{tmp_path}/b.jsonl", f"{tmp_path}/day")
+
+
+def test_an_input_glob_that_matches_nothing_names_it(tmp_path: Path) -> None:
+    """THEN, as with beam-agents run, an empty match is an error, before any job starts."""
+    with pytest.raises(ConfigError, match=r"--input_files '.*/\*\.jsonl' matches no file"):
+        parse_args(["--input_files", f"{tmp_path}/*.jsonl", "--output_path", "o",
+                    "--errors_path", "e", "--agent", "tests.agents:counter"])

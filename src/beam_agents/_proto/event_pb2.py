@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62\x65\x61m_agents/v1/event.proto\x12\x0e\x62\x65\x61m_agents.v1\"\xcd\x01\n\nAgentEvent\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\x12\x15\n\revent_time_ms\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12>\n\nattributes\x18\x05 \x03(\x0b\x32*.beam_agents.v1.AgentEvent.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62\x65\x61m_agents/v1/event.proto\x12\x0e\x62\x65\x61m_agents.v1\"\xf6\x01\n\nAgentEvent\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\x12\x15\n\revent_time_ms\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12>\n\nattributes\x18\x05 \x03(\x0b\x32*.beam_agents.v1.AgentEvent.AttributesEntry\x12\x0f\n\x07\x61nswers\x18\x06 \x01(\t\x12\x16\n\x0ewait_timed_out\x18\x07 \x01(\t\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -24,7 +24,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AGENTEVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_AGENTEVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
   _globals['_AGENTEVENT']._serialized_start=47
-  _globals['_AGENTEVENT']._serialized_end=252
-  _globals['_AGENTEVENT_ATTRIBUTESENTRY']._serialized_start=203
-  _globals['_AGENTEVENT_ATTRIBUTESENTRY']._serialized_end=252
+  _globals['_AGENTEVENT']._serialized_end=293
+  _globals['_AGENTEVENT_ATTRIBUTESENTRY']._serialized_start=244
+  _globals['_AGENTEVENT_ATTRIBUTESENTRY']._serialized_end=293
 # @@protoc_insertion_point(module_scope)

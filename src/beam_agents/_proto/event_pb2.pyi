@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Opti
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentEvent(_message.Message):
-    __slots__ = ("entity_key", "event_id", "event_time_ms", "payload", "attributes")
+    __slots__ = ("entity_key", "event_id", "event_time_ms", "payload", "attributes", "answers", "wait_timed_out")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -19,9 +19,13 @@ class AgentEvent(_message.Message):
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     entity_key: bytes
     event_id: str
     event_time_ms: int
     payload: bytes
     attributes: _containers.ScalarMap[str, str]
-    def __init__(self, entity_key: _Optional[bytes] = ..., event_id: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    answers: str
+    wait_timed_out: str
+    def __init__(self, entity_key: _Optional[bytes] = ..., event_id: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., attributes: _Optional[_Mapping[str, str]] = ..., answers: _Optional[str] = ..., wait_timed_out: _Optional[str] = ...) -> None: ...

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62\x65\x61m_agents/v1/intent.proto\x12\x0e\x62\x65\x61m_agents.v1\"i\n\x06Intent\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\x06 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62\x65\x61m_agents/v1/intent.proto\x12\x0e\x62\x65\x61m_agents.v1\"~\n\x06Intent\x12\x12\n\nentity_key\x18\x01 \x01(\x0c\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x10\n\x08\x65vent_id\x18\x06 \x01(\t\x12\x13\n\x0btraceparent\x18\x07 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,5 +22,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._proto.intent_p
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INTENT']._serialized_start=47
-  _globals['_INTENT']._serialized_end=152
+  _globals['_INTENT']._serialized_end=173
 # @@protoc_insertion_point(module_scope)

@@ -22,6 +22,7 @@ commits is the engine's decision (invariants 1, 8, 9).
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import Hashable, Iterator
 from typing import Any
@@ -52,7 +53,7 @@ from beam_agents.runtime import (
 
 __all__ = ["ERRORS", "AgentDoFn"]
 
-_MEMORY, _LLM_CACHE, _SEQ, _BUDGET = CELLS
+_MEMORY, _LLM_CACHE, _SEQ, _BUDGET, _WAITS = CELLS
 _QUEUE, _DEQUEUED, _QUEUE_META, _ATTEMPT, _RETRY_AT = QUEUE_CELLS
 _WAKE = TimerSpec("wake", TimeDomain.REAL_TIME)
 _RELEASE = TimerSpec("release", TimeDomain.WATERMARK)
@@ -99,6 +100,7 @@ class AgentDoFn(beam.DoFn):
     LLM_CACHE = ReadModifyWriteStateSpec(_LLM_CACHE, BytesCoder())
     SEQ = ReadModifyWriteStateSpec(_SEQ, VarIntCoder())
     BUDGET = ReadModifyWriteStateSpec(_BUDGET, BytesCoder())
+    WAITS = ReadModifyWriteStateSpec(_WAITS, BytesCoder())
     QUEUE = BagStateSpec(_QUEUE, BytesCoder())
     DEQUEUED = BagStateSpec(_DEQUEUED, BytesCoder())
     QUEUE_META = ReadModifyWriteStateSpec(_QUEUE_META, BytesCoder())
@@ -126,6 +128,7 @@ class AgentDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
+        waits: Any = beam.DoFn.StateParam(WAITS),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
@@ -140,8 +143,8 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         key, event = element
         end_of_input.set(_FIRST_ROUND)
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
-                         attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
+                         queue_meta, attempt, retry_at)
         seen = watermark.read()
         refused = shared.engine.admit(key, cells, event, ordering=self._ordering,
                                       watermark_ms=seen)
@@ -159,6 +162,7 @@ class AgentDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
+        waits: Any = beam.DoFn.StateParam(WAITS),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
@@ -170,16 +174,20 @@ class AgentDoFn(beam.DoFn):
     ) -> Iterator[Any]:
         """Apply the key's finished activation, if any, and start its next one.
 
-        A runner whose processing time runs ahead of the wall clock (a test
-        stream's) fires the wake before the time it was set for; the key then
-        waits for its activation, up to `_MAX_EARLY_WAKE_MS`, instead of being
-        called back on every pass of the runner.
+        A wake can fire before the wall-clock time it was set for: a runner
+        whose processing time runs ahead of the wall clock (a test stream's
+        on the DirectRunner) stamps it in the future, and one whose clock is
+        synthetic (Prism's under a TestStream, and Prism 2.61's always) fires
+        it as soon as nothing else is due. Either way the key waits, up to
+        `_MAX_EARLY_WAKE_MS`, for its activation or its retry time, instead of
+        being called back on every pass of the runner (docs/design.md,
+        "Waking a key").
         """
         shared = self._require_shared()
-        if fired.micros // 1000 > wall_ms():
-            shared.engine.await_running(key, timeout_s=_MAX_EARLY_WAKE_MS / 1000)
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
-                         attempt, retry_at)
+        _wait_out_early_wake(shared, key, fired.micros // 1000)
+        shared.note_wake(key, None)  # it fired, so it is set no more
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
+                         queue_meta, attempt, retry_at)
         step = self._pump(shared, key, cells, watermark.read())
         return self._emit(shared, key, step, wake, release)
 
@@ -192,6 +200,7 @@ class AgentDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
+        waits: Any = beam.DoFn.StateParam(WAITS),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
@@ -205,8 +214,8 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         seen = max(watermark.read() or EARLIEST_MS, fired.micros // 1000)
         watermark.write(seen)
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
-                         attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
+                         queue_meta, attempt, retry_at)
         return self._emit(shared, key, self._pump(shared, key, cells, seen), wake, release)
 
     @on_timer(_END_OF_INPUT)
@@ -218,6 +227,7 @@ class AgentDoFn(beam.DoFn):
         llm_cache: Any = beam.DoFn.StateParam(LLM_CACHE),
         seq: Any = beam.DoFn.StateParam(SEQ),
         budget: Any = beam.DoFn.StateParam(BUDGET),
+        waits: Any = beam.DoFn.StateParam(WAITS),
         queue: Any = beam.DoFn.StateParam(QUEUE),
         dequeued: Any = beam.DoFn.StateParam(DEQUEUED),
         queue_meta: Any = beam.DoFn.StateParam(QUEUE_META),
@@ -234,8 +244,8 @@ class AgentDoFn(beam.DoFn):
         at the window's end runs what a round left (a retry's backoff).
         """
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget), queue, dequeued, queue_meta,
-                         attempt, retry_at)
+        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
+                         queue_meta, attempt, retry_at)
         engine = shared.engine
         if fired < _DRAIN:
             step = engine.settle(key, cells, clock_ms=wall_ms)
@@ -260,18 +270,43 @@ class AgentDoFn(beam.DoFn):
 
     def _pump(self, shared: SharedEngine, key: Hashable, cells: KeyCells,
               watermark_ms: int | None) -> Step:
-        return shared.engine.pump(key, cells, wall_ms(),
-                                  ready_through_ms=self._ordering.ready_through(watermark_ms))
+        ordering = self._ordering
+        return shared.engine.pump(
+            key, cells, wall_ms(), ready_through_ms=ordering.ready_through(watermark_ms),
+            waits_through_ms=None if ordering.by_event_time else watermark_ms or EARLIEST_MS)
 
     def _emit(self, shared: SharedEngine, key: Hashable, step: Step, wake: Any,
               release: Any) -> Iterator[Any]:
-        if step.wake_at_ms is None:
-            wake.clear()
-        else:
+        if step.wake_at_ms is not None:
             wake.set(Timestamp(micros=step.wake_at_ms * 1000))
+        elif shared.wake_due(key) is not None:
+            # Only a wake this process set is cleared: Prism fires a cleared
+            # processing-time timer at once, so clearing one that was never
+            # set (or has just fired) would call the key back for nothing,
+            # and that callback's clear again, without end.
+            wake.clear()
+        shared.note_wake(key, step.wake_at_ms)
         if step.held_until_ms is not None:
             at = min(self._ordering.release_at(step.held_until_ms), _LAST_RELEASE_MS)
             release.set(Timestamp(micros=at * 1000))
         shared.track(key)
         shared.metrics.flush()  # on the bundle thread, which Beam attributes counters to
         return route(step.lines)
+
+
+def _wait_out_early_wake(shared: SharedEngine, key: Hashable, fired_ms: int) -> None:
+    """Hold a wake that fired before its wall-clock time until it is due or the key changes.
+
+    A running activation is awaited (it ends the wait as soon as it
+    finishes); a key with nothing running (a suspended key's retry) sleeps
+    towards the time its wake was set for. Both are bounded by
+    `_MAX_EARLY_WAKE_MS`, so a bundle is never held for long.
+    """
+    now_ms = wall_ms()
+    due_ms = shared.wake_due(key)
+    if fired_ms <= now_ms and (due_ms is None or due_ms <= now_ms):
+        return
+    if shared.engine.scheduler.running(key) is not None:
+        shared.engine.await_running(key, timeout_s=_MAX_EARLY_WAKE_MS / 1000)
+    elif due_ms is not None and due_ms > now_ms:
+        time.sleep(min(due_ms - now_ms, _MAX_EARLY_WAKE_MS) / 1000)

@@ -73,6 +73,8 @@ class SharedEngine:
         self.engine = KeyedEngine.over(self.runtime)
         self._users = 0
         self._in_flight: set[Hashable] = set()
+        # The wall-clock time each key's wake was set for, as this process set it.
+        self._wake_due: dict[Hashable, int] = {}
 
     @classmethod
     def acquire(cls, dofn_id: str, config: AgentConfig,
@@ -91,6 +93,8 @@ class SharedEngine:
         They close only once no outcome is still due; a copy that returns
         later finds the engine as it was.
         """
+        # Spans go out at every teardown, whether or not the clients close now.
+        self.runtime.tracer.flush()
         with self._lock:
             self._users -= 1
             if self._users or self._in_flight:
@@ -105,6 +109,19 @@ class SharedEngine:
                 return
             del self._live[dofn_id]
         self.runtime.close()
+
+    def note_wake(self, key: Hashable, at_ms: int | None) -> None:
+        """Remember the wall-clock time `key`'s wake was set for (None: cleared)."""
+        with self._lock:
+            if at_ms is None:
+                self._wake_due.pop(key, None)
+            else:
+                self._wake_due[key] = at_ms
+
+    def wake_due(self, key: Hashable) -> int | None:
+        """The wall-clock time `key`'s wake was set for in this process, if it was."""
+        with self._lock:
+            return self._wake_due.get(key)
 
     def track(self, key: Hashable) -> None:
         """Note whether `key` has an activation whose outcome is still to be applied."""

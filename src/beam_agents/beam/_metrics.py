@@ -77,5 +77,13 @@ class BeamMetrics(BufferedMetrics):
             with _tally_lock:
                 tally.observe(namespace, name, value)
 
+    def _report_note(self, namespace: str, name: str, text: str) -> None:
+        # A string set: each worker adds its first; the summary shows one.
+        Metrics.string_set(namespace, name).add(text)
+        tally = _tally
+        if tally is not None:
+            with _tally_lock:
+                tally.note(namespace, name, text)
+
     def _new_distribution(self, namespace: str, name: str) -> Any:
         return Metrics.distribution(namespace, name)

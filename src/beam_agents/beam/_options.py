@@ -12,12 +12,14 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_agents.beam._snapshot import SnapshotPlan, plan_snapshot
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags
 from beam_agents.runtime import AgentConfig, EventOrdering
 
 __all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io",
-           "event_ordering_from_options", "output_shards_from_options"]
+           "event_ordering_from_options", "output_shards_from_options",
+           "snapshot_plan_from_options"]
 
 #: The most files one output is cut into: past it, a file holds so little
 #: that opening it costs more than reading it.
@@ -49,6 +51,12 @@ class AgentPipelineOptions(PipelineOptions):
                         f"0 to {MAX_OUTPUT_SHARDS}: 1 writes the path itself, N > 1 writes "
                         "PATH-SSSSS-of-NNNNN, a key's lines all in one of them. 0 (default): "
                         "one per 256 MiB of input files, so a small input is one file.")
+        io.add_argument("--state_snapshot", metavar="URI", help="Where each key's keyed state "
+                        "(working memory, replay cache, seq, budget, queue) carries from one "
+                        "batch run to the next: a folder (a path or gs://...) or "
+                        "firestore://COLLECTION (with --firestore_project). Read at the start, "
+                        "written at the end, replaced atomically; a failed run keeps the last "
+                        "good one. Unset: every key starts empty. Batch (--input_files) only.")
         io.add_argument("--input_timestamp_attribute", help="Pub/Sub attribute holding each "
                         "message's event time (ms since the epoch, or RFC 3339); the "
                         "watermark follows it. Unset: publish time.")
@@ -88,6 +96,12 @@ def check_io(options: AgentPipelineOptions) -> None:
             # A file sink needs a bounded input; streaming output goes to Pub/Sub.
             raise ConfigError(f"--{output}_path needs --input_files; with --input_subscription "
                               f"write to --{output}_topic", field=f"{output}_path")
+    if options.state_snapshot is not None and (options.input_subscription
+                                                or not str(options.state_snapshot).strip()):
+        raise ConfigError("--state_snapshot needs --input_files and a folder or "
+                          "firestore://COLLECTION: a streaming job keeps its keyed state in the "
+                          "runner (update or drain it; docs/operations.md)",
+                          field="state_snapshot")
     _check_output_shards(options.output_shards)
 
 
@@ -118,6 +132,25 @@ def output_shards_from_options(options: PipelineOptions) -> int:
     (found,) = FileSystems.match([opts.input_files])
     total_bytes = sum(int(item.size_in_bytes) for item in found.metadata_list)
     return min(MAX_OUTPUT_SHARDS, max(1, -(-total_bytes // AUTO_SHARD_INPUT_BYTES)))
+
+
+def snapshot_plan_from_options(options: PipelineOptions) -> SnapshotPlan | None:
+    """``--state_snapshot``: its store, the generation it holds now, and the one this run writes.
+
+    Reads the manifest (a small file or document) when the pipeline is
+    built; the parts are read by the workers.
+
+    Raises:
+        ConfigError: the URI is unusable; names the flag.
+        StateCorruptError: the manifest is not one this version reads.
+        SnapshotUnavailable: its store failed.
+    """
+    opts = options.view_as(AgentPipelineOptions)
+    if not opts.state_snapshot:
+        return None
+    values = opts.get_all_options()
+    return plan_snapshot(opts.state_snapshot, project=values.get("firestore_project"),
+                         database=values.get("firestore_database"))
 
 
 def event_ordering_from_options(options: PipelineOptions) -> EventOrdering:

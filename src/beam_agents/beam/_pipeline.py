@@ -31,10 +31,10 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.gcp.pubsub import PubsubMessage
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pipeline import Pipeline
 from apache_beam.pvalue import PCollection
-from apache_beam.transforms import combiners
 
 from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
@@ -46,13 +46,18 @@ from beam_agents.beam._options import (
     check_io,
     event_ordering_from_options,
     output_shards_from_options,
+    snapshot_plan_from_options,
 )
 from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
+from beam_agents.beam._runner import runner_report, watch_runner, with_runner_safeguards
+from beam_agents.beam._snapshot import SNAPSHOT_PARTS, ReadSnapshot, SnapshotPlan, commit_after
+from beam_agents.errors import ConfigError
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,
+    AgentEvent,
     ErrorRecord,
     EventOrdering,
     InputDecoder,
@@ -60,8 +65,8 @@ from beam_agents.runtime import (
     error_to_json,
 )
 
-__all__ = ["DecodeEvents", "WriteShardedLines", "build_pipeline", "run", "shard_of",
-           "shard_paths"]
+__all__ = ["DecodeEvents", "WriteShardedLines", "build_pipeline", "check_runner_flags",
+           "clear_outputs", "output_files", "run", "shard_of", "shard_paths"]
 
 
 class DecodeEvents(beam.DoFn):
@@ -85,10 +90,18 @@ class DecodeEvents(beam.DoFn):
         self._metrics = BeamMetrics()
         self._decode = self._decoder()
 
-    def process(self, element: bytes | str | Oversize) -> Iterator[Any]:
-        """Decode one element: bytes from every source (files are read undecoded)."""
+    def process(self, element: bytes | str | Oversize | Any) -> Iterator[Any]:
+        """Decode one element: bytes from every source (files are read undecoded).
+
+        A Pub/Sub message comes with its attributes, for its ``traceparent``.
+        """
         self._report_progress()
-        decoded = self._decode(element)
+        traceparent = None
+        if isinstance(element, PubsubMessage):
+            attributes = element.attributes or {}
+            traceparent = attributes.get("traceparent")
+            element = element.data
+        decoded = self._decode(element, traceparent=traceparent)
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield beam.pvalue.TaggedOutput(ERRORS, error_to_json(decoded))
@@ -103,8 +116,9 @@ class DecodeEvents(beam.DoFn):
 
 def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) -> Any:
     if opts.input_subscription:
+        # With attributes: a producer's `traceparent` rides on its message.
         return pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
-            subscription=opts.input_subscription,
+            subscription=opts.input_subscription, with_attributes=True,
             timestamp_attribute=opts.input_timestamp_attribute)
     if opts.input_format == "proto":
         return pipeline | "ReadTFRecord" >> beam.io.ReadFromTFRecord(opts.input_files)
@@ -114,7 +128,8 @@ def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) 
 
 
 def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
-           label: str, shards: int) -> None:
+           label: str, shards: int) -> PCollection[Any] | None:
+    """Write to the topic and/or the files; returns the files' last step, when there are files."""
     if topic:
         # Attributes name the key, the event and (dead letters) the stage, so a
         # subscriber can filter without parsing the body.
@@ -123,7 +138,8 @@ def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
              | f"Publish{label}" >> beam.io.WriteToPubSub(topic=topic, with_attributes=True))
     if path:
         # A file sink needs a bounded input (`check_io`).
-        _ = lines | f"Write{label}" >> WriteShardedLines(path, shards)
+        return lines | f"Write{label}" >> WriteShardedLines(path, shards)  # type: ignore[no-any-return]
+    return None
 
 
 def shard_paths(path: str, shards: int) -> list[str]:
@@ -179,6 +195,7 @@ class WriteShardedLines(beam.PTransform):  # type: ignore[type-arg]
     def expand(self, lines: Any) -> Any:
         """Key by shard, group, sort and write each, then rename them into place."""
         shards, keyed = self._shards, beam.typehints.Tuple[int, bytes | None]
+        paths = shard_paths(self._path, shards)
         # Named once, here, so every worker and every retry writes into the same directory.
         temp_dir = f"{self._path}.temp-{uuid.uuid4().hex}"
         seeds = (lines.pipeline
@@ -190,10 +207,17 @@ class WriteShardedLines(beam.PTransform):  # type: ignore[type-arg]
                    | "All" >> beam.Flatten()
                    | "GroupByShard" >> beam.GroupByKey()
                    | "SortAndWrite" >> beam.Map(_write_shard, temp_dir))
+        # One temporary path per shard, gathered under one key. Not
+        # CombineGlobally (ToList): in streaming it injects its default through
+        # a side input, and the FlinkRunner cannot checkpoint the side input's
+        # buffered elements (a ClassCastException in the buffer's serializer).
+        # Every shard is seeded, so the group is never empty.
+        keyed_path = beam.typehints.Tuple[int, beam.typehints.Tuple[int, str]]
         return (written
-                | "Written" >> combiners.ToList()  # one temporary path per shard
-                | "Rename" >> beam.Map(_rename_into_place, shard_paths(self._path, shards),
-                                       temp_dir))
+                | "Written" >> beam.Map(lambda shard: (0, shard)).with_output_types(keyed_path)
+                | "AllWritten" >> beam.GroupByKey()
+                | "Rename" >> beam.MapTuple(
+                    lambda _, done: _rename_into_place(list(done), paths, temp_dir)))
 
 
 def _write_shard(shard: tuple[int, Iterable[bytes | None]], temp_dir: str) -> tuple[int, str]:
@@ -224,21 +248,42 @@ def _rename_into_place(written: list[tuple[int, str]], paths: list[str], temp_di
 
 
 def _activate(events: PCollection[tuple[bytes, bytes]], config: AgentConfig, *,
-              ordering: EventOrdering | None, provider: ProviderFactory | None) -> Any:
+              ordering: EventOrdering | None, provider: ProviderFactory | None,
+              snapshot: SnapshotPlan | None = None) -> Any:
     keyed = beam.typehints.Tuple[bytes, bytes]
     if ordering is not None:
         # The key type hint gives the stateful DoFn a deterministic key coder.
         return events | "Activate" >> beam.ParDo(
             AgentDoFn(config, provider=provider, ordering=ordering)).with_input_types(
             keyed).with_outputs(ERRORS, main="intents")
+    side: dict[str, Any] = {}
+    if snapshot is not None:
+        # The input's latest event time, combined per worker then merged (one
+        # number, no step that sees every event): a wait due past it is pending.
+        side["latest_ms"] = beam.pvalue.AsSingleton(
+            events | "EventTimes" >> beam.Map(_event_time)
+            | "LatestEventTime" >> beam.CombineGlobally(_latest))
+        # Each key's record joins its events in the same grouping: no step sees every key.
+        state = events.pipeline | "ReadState" >> ReadSnapshot(snapshot)
+        events = (events, state) | "EventsAndState" >> beam.Flatten().with_output_types(keyed)
     grouped = events | "GroupByEntity" >> beam.GroupByKey().with_input_types(keyed)
     return grouped | "Activate" >> beam.ParDo(
-        AgentBatchDoFn(config, provider=provider)).with_outputs(ERRORS, main="intents")
+        AgentBatchDoFn(config, provider=provider, snapshot=snapshot), **side).with_outputs(
+        ERRORS, SNAPSHOT_PARTS, main="intents")
+
+
+def _event_time(element: tuple[bytes, bytes]) -> int:
+    return int(AgentEvent.FromString(element[1]).event_time_ms)
+
+
+def _latest(times: Iterable[int]) -> int | None:
+    return max(times, default=None)
 
 
 def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
                    config: AgentConfig | None = None, *, progress_every: int = 0,
-                   provider: ProviderFactory | None = None) -> None:
+                   provider: ProviderFactory | None = None,
+                   snapshot: SnapshotPlan | None = None) -> None:
     """Add the agent pipeline's transforms to `pipeline`, streaming or batch as `options` say.
 
     Args:
@@ -249,6 +294,8 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
         progress_every: Report every this many events read on stderr (0: never).
         provider: Builds the model provider on each worker in place of the one
             the config names (a test's scripted model); must be importable.
+        snapshot: The state snapshot to start from and write (batch only); by
+            default planned from ``--state_snapshot``.
 
     Raises:
         ConfigError: the options name no input or drop an output.
@@ -265,40 +312,69 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     # `run` marks the options streaming: a GroupByKey would never fire on it.
     streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
     ordering = event_ordering_from_options(options) if streaming else None
-    activated = _activate(decoded.events, config, ordering=ordering, provider=provider)
+    if snapshot is None and opts.state_snapshot:
+        snapshot = snapshot_plan_from_options(options)
+    activated = _activate(decoded.events, config, ordering=ordering, provider=provider,
+                          snapshot=snapshot)
     errors = (decoded[ERRORS], activated[ERRORS]) | "AllErrors" >> beam.Flatten()
     # One count for both outputs, so a key's intents and dead letters share a shard number.
     shards = output_shards_from_options(options) if opts.output_path or opts.errors_path else 1
-    _write(activated.intents, topic=opts.output_topic, path=opts.output_path, label="Intents",
-           shards=shards)
-    _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors", shards=shards)
+    written = [_write(activated.intents, topic=opts.output_topic, path=opts.output_path,
+                      label="Intents", shards=shards),
+               _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors",
+                      shards=shards)]
+    if snapshot is not None:
+        # Last, once both outputs are written: a run that fails keeps the last good one.
+        commit_after(activated[SNAPSHOT_PARTS], snapshot,
+                     *[done for done in written if done is not None])
 
 
-def run(argv: list[str] | None = None, *, progress_every: int = 0) -> Any:
+def run(argv: list[str] | None = None, *, progress_every: int = 0,
+        snapshot: SnapshotPlan | None = None) -> Any:
     """Build and run the pipeline from command-line flags; returns the PipelineResult.
+
+    The result's ``beam_agents_runner`` is a `RunnerReport`: the runner that
+    ran it, which under ``--runner=DirectRunner`` is the DirectRunner's own
+    choice, and the reason if it fell back from Prism. A runner that needs
+    a flag to lose nothing gets it (`with_runner_safeguards`).
 
     A streaming run on the local runner stops cleanly: the first SIGINT or
     SIGTERM stops its pulls, and the run ends once every message it pulled
     has ended as an intent or a dead letter (see `LocalSubscriptionReads`);
     a second one abandons them. With `progress_every`, it reports a
     ``progress`` line on stderr each second instead of a count of events read.
+    A batch run first removes the files an earlier run wrote at its output
+    paths (`clear_outputs`), so a run that fails leaves none that look current.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
     opts = options.view_as(AgentPipelineOptions)
+    streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
+    options = PipelineOptions(with_runner_safeguards(argv, streaming=streaming))
+    opts = options.view_as(AgentPipelineOptions)
+    check_runner_flags(options)
     if opts.input_subscription:
         options.view_as(StandardOptions).streaming = True
     local_stream = bool(opts.input_subscription) and _runs_locally(options)
     pipeline = Pipeline(options=options)
-    build_pipeline(pipeline, options, progress_every=0 if local_stream else progress_every)
+    build_pipeline(pipeline, options, progress_every=0 if local_stream else progress_every,
+                   snapshot=snapshot)
+    clear_outputs(options)
     if not local_stream:
-        result = pipeline.run()
+        with watch_runner() as notes:
+            result = pipeline.run()
+        report = runner_report(pipeline.runner, options, result, notes)
+        setattr(result, "beam_agents_runner", report)  # noqa: B010
         result.wait_until_finish()
         return result
     reads = LocalSubscriptionReads()
     reads.install()
     try:
         with _stopping_on_signals(reads), local_tally() as tally:
-            result = pipeline.run()
+            with watch_runner() as notes:
+                result = pipeline.run()
+            setattr(result, "beam_agents_runner",  # noqa: B010
+                    runner_report(pipeline.runner, options, result, notes))
             with _reporting(tally, reads, every_s=1.0 if progress_every else 0.0):
                 result.wait_until_finish()
     finally:
@@ -306,6 +382,47 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0) -> Any:
     # What the summary reads in place of result.metrics() (see `local_tally`).
     setattr(result, "beam_agents_tally", tally)  # noqa: B010
     return result
+
+
+def output_files(options: PipelineOptions) -> list[str]:
+    """The files at the run's output paths now: the path itself and its shards, any count."""
+    opts = options.view_as(AgentPipelineOptions)
+    found: list[str] = []
+    for path in (opts.output_path, opts.errors_path):
+        if path:
+            for pattern in (path, f"{path}-*-of-*"):
+                found.extend(item.path for item in
+                             FileSystems.match([pattern])[0].metadata_list)
+    return sorted(set(found))
+
+
+def clear_outputs(options: PipelineOptions) -> list[str]:
+    """Remove what an earlier run left at the output paths; returns what it removed.
+
+    The outputs are renamed into place only at the end of a run that
+    succeeds (`WriteShardedLines`), so once these are gone a failed run
+    leaves no intents file that looks like its own.
+    """
+    found = output_files(options)
+    if found:
+        FileSystems.delete(found)
+    return found
+
+
+def check_runner_flags(options: PipelineOptions) -> None:
+    """Refuse runner flags Beam would quietly read as unset.
+
+    Raises:
+        ConfigError: ``--flink_job_server_jar`` given empty; Beam would fall
+            back to downloading the jar, which an offline machine cannot.
+    """
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions  # noqa: PLC0415
+
+    jar = options.view_as(FlinkRunnerOptions).flink_job_server_jar
+    if jar is not None and not str(jar).strip():
+        raise ConfigError("--flink_job_server_jar is empty: give the path of the Flink job-server "
+                          "jar (templates/flink/README.md says how to fetch it), or leave the flag "
+                          "out to let Beam download it", field="flink_job_server_jar")
 
 
 @contextlib.contextmanager

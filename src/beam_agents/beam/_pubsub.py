@@ -4,8 +4,11 @@
 subscriber filters on, so a dead-letter subscription can select one stage or
 one key (``attributes.stage = "STAGE_MODEL"``) without parsing the JSON:
 
-* intents: ``entity_key``, ``event_id``, ``seq``;
-* dead letters: ``stage``, ``entity_key``, ``retriable``, ``event_id``.
+* intents: ``entity_key``, ``event_id``, ``seq``, ``traceparent``;
+* dead letters: ``stage``, ``entity_key``, ``retriable``, ``event_id``, ``traceparent``.
+
+An input message's ``traceparent`` attribute (W3C trace context) reaches the
+activation as the event's own, so its span is a child of the producer's.
 
 A key that is not UTF-8 goes as ``entity_key_b64``; one whose value is over
 Pub/Sub's 1,024-byte attribute limit goes as ``entity_key_sha256`` (the hex
@@ -47,8 +50,10 @@ __all__ = ["ATTRIBUTE_VALUE_BYTES", "LocalSubscriptionReads", "Redriven", "attri
 #: Pub/Sub's limit on one attribute value, in bytes.
 ATTRIBUTE_VALUE_BYTES = 1024
 
-#: The attributes each output's messages carry, besides the entity key.
-_FIELDS = {"intents": ("event_id", "seq"), "errors": ("stage", "retriable", "event_id")}
+#: The attributes each output's messages carry, besides the entity key; a
+#: ``traceparent`` carries the activation's trace context on to subscribers.
+_FIELDS = {"intents": ("event_id", "seq", "traceparent"),
+           "errors": ("stage", "retriable", "event_id", "traceparent")}
 
 #: The local reader's pull: more per batch, and a short wait on a quiet subscription.
 _PULL_MAX_MESSAGES = 100

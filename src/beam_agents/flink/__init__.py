@@ -4,10 +4,11 @@
 keyed state, many keys in flight per slot, and timers that apply outcomes.
 `build_job` and `run` assemble the same read -> decode -> activate -> write
 graph as the Beam pipeline, with the same agent flags, on Flink's DataStream
-API; `agent_stream` is that graph without its file source and sinks, for
-Kafka or Pub/Sub.
+API, from files or a Kafka topic (`KafkaJobOptions`) to files or topics;
+`agent_stream` is that graph without its sources and sinks.
 """
 
+from beam_agents.flink._flags import expand_input_files, job_parser, main, parse_args, run
 from beam_agents.flink._function import ERRORS, AgentKeyedProcessFunction
 from beam_agents.flink._job import (
     DecodeEvents,
@@ -16,10 +17,8 @@ from beam_agents.flink._job import (
     build_job,
     environment,
     flink_settings,
-    job_parser,
-    parse_args,
-    run,
 )
+from beam_agents.flink._kafka import KafkaJobOptions
 from beam_agents.flink._metrics import FlinkMetrics
 
 __all__ = [
@@ -28,11 +27,14 @@ __all__ = [
     "DecodeEvents",
     "FlinkJobOptions",
     "FlinkMetrics",
+    "KafkaJobOptions",
     "agent_stream",
     "build_job",
     "environment",
+    "expand_input_files",
     "flink_settings",
     "job_parser",
+    "main",
     "parse_args",
     "run",
 ]

@@ -20,13 +20,16 @@ from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, 
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from beam_agents.flink._cells import BagCell, ValueCell
-from beam_agents.flink._metrics import FlinkMetrics
+from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, FlinkMetrics
+from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.hosting import start_runtime, wall_ms
 from beam_agents.runtime import (
     CELLS,
+    EARLIEST_MS,
     QUEUE_CELLS,
     ActivationRuntime,
     AgentConfig,
+    EventOrdering,
     KeyCells,
     KeyedEngine,
     StateCells,
@@ -78,13 +81,22 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     writes) and error records on `ERRORS`. Up to ``config.max_in_flight``
     keys of one parallel instance run at once. The provider and store
     clients open in `open` and close in `close`, once per parallel instance.
+
+    On an unbounded input (`ordering` given, in event-time order) an event
+    runs once the operator's watermark has passed it: a release timer at the
+    key's next event time calls the engine back, and an event that arrives
+    behind the watermark is late (counted, or a LATE dead letter). The
+    end-of-input drain still runs what is queued if the watermark ever ends
+    (``flink stop --drain``).
     """
 
     def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
-                 execution_mode: ExecutionMode = "process") -> None:
+                 execution_mode: ExecutionMode = "process",
+                 ordering: EventOrdering | None = None) -> None:
         self._config = config
         self._event_order = event_order
         self._mode = execution_mode
+        self._ordering = ordering if ordering is not None and ordering.by_event_time else None
         self._runtime: ActivationRuntime | None = None
         self._engine: KeyedEngine | None = None
 
@@ -108,14 +120,22 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             return BagCell(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
 
         self._values: list[ValueCell] = []
-        memory, llm_cache, seq, budget = CELLS
+        memory, llm_cache, seq, budget, waits = CELLS
         queue, dequeued, queue_meta, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
             state=StateCells(value(memory, raw), value(llm_cache, raw),
-                             value(seq, Types.LONG()), value(budget, raw)),
+                             value(seq, Types.LONG()), value(budget, raw), value(waits, raw)),
             queue=bag(queue), dequeued=bag(dequeued), queue_meta=value(queue_meta, raw),
             attempt=value(attempt, Types.LONG()), retry_at_ms=value(retry_at_ms, Types.LONG()))
+        # The watermark the key has seen pass: Flink checkpoints no watermark, so
+        # a restored job starts below every event; the key's own keeps what it
+        # already let through runnable after a restore on a quiet stream.
+        self._watermark = value("watermark_ms", Types.LONG()) if self._ordering else None
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
+        self._tally_dir = runtime_context.get_job_parameter(COUNTERS_DIR_PARAMETER, "") or None
+        subtask, attempt_number = _subtask_and_attempt(runtime_context)
+        self._tally_name = f"activate-{subtask}-{attempt_number}"
+        quiet_worker_shutdown()
         self._reported_ms = wall_ms()
         self._runtime = start_runtime(self._config, metrics=self._metrics)
         self._engine = KeyedEngine.over(self._runtime)
@@ -125,6 +145,11 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         engine = self._started()
         key, timers = ctx.get_current_key(), ctx.timer_service()
         self._forget()
+        # With the DECODE dead letters, the events read (`beam_agents.flink._summary`).
+        self._metrics.inc(RECEIVED[0], RECEIVED[1])
+        if self._ordering is not None:
+            yield from self._admit(key, bytes(value[1]), timers)
+            return
         refused = engine.enqueue(key, self._cells, bytes(value[1]))
         # One round per queued position, set with the event: PyFlink fires a
         # timer set while the final watermark fires only if a bundle is still open.
@@ -149,7 +174,12 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         self._forget()
         event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
         drain = event_time and timestamp >= END_OF_INPUT_MS
-        if not event_time:
+        if self._ordering is not None and not drain:
+            # A wake or a release: either way, run what the watermark lets through.
+            step = engine.pump(key, self._cells, timers.current_processing_time(),
+                               ready_through_ms=self._ordering.ready_through(
+                                   self._seen(timers, timestamp if event_time else None)))
+        elif not event_time:
             step = engine.pump(key, self._cells, timers.current_processing_time())
         elif drain:
             step = engine.drain(key, self._cells, clock_ms=wall_ms)
@@ -157,13 +187,50 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             step = Step(engine.settle(key, self._cells, clock_ms=wall_ms).lines, None)
         yield from self._emit(step, timers, report=drain)
 
+    def _admit(self, key: Any, event: bytes, timers: Any) -> Iterator[Any]:
+        """Queue an event of an unbounded input (late ones as the ordering says), then pump."""
+        assert self._engine is not None and self._ordering is not None
+        watermark = self._seen(timers, None)
+        refused = self._engine.admit(key, self._cells, event, ordering=self._ordering,
+                                     watermark_ms=watermark)
+        if self._engine.queue_length(key, self._cells) == 1:  # one drain per key
+            timers.register_event_time_timer(END_OF_INPUT_MS)
+        step = self._engine.pump(key, self._cells, timers.current_processing_time(),
+                                 ready_through_ms=self._ordering.ready_through(watermark))
+        lines = () if refused is None else (refused,)
+        yield from self._emit(Step((*lines, *step.lines), step.wake_at_ms, step.held_until_ms),
+                              timers)
+
+    def _seen(self, timers: Any, fired_ms: int | None) -> int:
+        """The watermark the key has seen pass (kept in its state), updated with the current one.
+
+        A release timer at `fired_ms` means the watermark has passed it.
+        """
+        assert self._watermark is not None
+        kept = self._watermark.read()
+        seen = max(timers.current_watermark(), fired_ms if fired_ms is not None else EARLIEST_MS,
+                   EARLIEST_MS if kept is None else kept)
+        if seen not in (kept, EARLIEST_MS):
+            self._watermark.write(seen)
+        return int(seen)
+
     def close(self) -> None:
         """Close the clients; activations still running are abandoned, their events still queued."""
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
             self._engine = None
-            self._metrics.flush()
+            self._report()
+
+    def _report(self) -> None:
+        """Hand the counters to Flink, and to the run's tally where the client reads one.
+
+        Written at every report, not only in `close`: the last drain of the
+        input reports, and a worker may be stopped before `close` ends.
+        """
+        self._metrics.flush()
+        if self._tally_dir is not None:
+            self._metrics.write_tally(self._tally_dir, self._tally_name)
 
     def _forget(self) -> None:
         """A callback starts: the key in scope, and the state behind each cell, may differ."""
@@ -182,9 +249,26 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         """
         if step.wake_at_ms is not None:
             timers.register_processing_time_timer(step.wake_at_ms)
+        if step.held_until_ms is not None and self._ordering is not None:
+            timers.register_event_time_timer(
+                min(self._ordering.release_at(step.held_until_ms), FIRST_ROUND_MS - 1))
         now = wall_ms()
         if report or now - self._reported_ms >= METRICS_EVERY_MS:
-            self._metrics.flush()
+            self._report()
             self._reported_ms = now
         for channel, line in step.lines:
             yield line.decode() if channel == "intents" else (ERRORS, line.decode())
+
+
+def _subtask_and_attempt(context: Any) -> tuple[int, int]:
+    """This subtask's index and attempt, in process mode and in thread mode.
+
+    PyFlink 2.3's thread-mode context asks the Java context for
+    ``getIndexOfThisSubtask``, which Flink 2 moved to ``getTaskInfo()``, so
+    there it raises AttributeError; the task info answers both.
+    """
+    try:
+        return int(context.get_index_of_this_subtask()), int(context.get_attempt_number())
+    except AttributeError:
+        info = context._runtime_context.getTaskInfo()  # PyFlink keeps the Java context here
+        return int(info.getIndexOfThisSubtask()), int(info.getAttemptNumber())

@@ -2,13 +2,14 @@
 
 The same graph as the Beam pipeline, on PyFlink's DataStream API, with the
 same flags for the agent, model and long-term store. Files are the offline
-source and sinks; nothing is dropped (invariant 8): undecodable lines become
-DECODE records on the errors output, beside the activations' own.
+source and sinks, Kafka topics the streaming ones (`beam_agents.flink._kafka`);
+nothing is dropped (invariant 8): undecodable lines become DECODE records on
+the errors output, beside the activations' own.
 
 Exactly-once comes from Flink: checkpoints snapshot keyed state (each key's
 queue of events not yet applied among it) with its timers and the source
-position, the file sinks commit on checkpoints, and a restart strategy
-replays from the last checkpoint after a failure.
+position, the file sinks and Kafka transactions commit on checkpoints, and a
+restart strategy replays from the last checkpoint after a failure.
 
 Savepoints carry the same state from one deployment to the next: every
 operator has a fixed uid (`UIDS`), so a savepoint restores into a job whose
@@ -18,11 +19,11 @@ fixed, so it restores at any parallelism up to that.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import MISSING, dataclass, fields
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, get_args
 
 from pyflink.common import Configuration, Encoder, Types, WatermarkStrategy
@@ -49,18 +50,27 @@ from beam_agents.flink._function import (
     EventOrder,
     ExecutionMode,
 )
+from beam_agents.flink._kafka import (
+    KAFKA_UIDS,
+    KafkaJobOptions,
+    event_time_watermarks,
+    kafka_lines,
+    sink_to_kafka,
+)
 from beam_agents.flink._metrics import FlinkMetrics
-from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
+from beam_agents.flink._operator import keyed_process
+from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,
     ErrorRecord,
+    EventOrdering,
     InputDecoder,
     error_to_json,
 )
 
 __all__ = ["MAX_PARALLELISM_LIMIT", "UIDS", "DecodeEvents", "FlinkJobOptions", "agent_stream",
-           "build_job", "environment", "flink_settings", "job_parser", "parse_args", "run"]
+           "build_job", "environment", "flink_settings"]
 
 _KEYED_EVENT = Types.TUPLE([Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
@@ -89,9 +99,13 @@ class FlinkJobOptions:
     """Where the job reads and writes, and how Flink keeps it exactly-once.
 
     Attributes:
-        input_files: Files or directories of JSONL events.
-        output_path: Directory for intents (``intents-*.jsonl`` part files).
-        errors_path: Directory for error records (``errors-*.jsonl``).
+        input_files: Files or directories of JSONL events (the flag's globs are
+            matched before, by `expand_input_files`); empty with a Kafka
+            input topic.
+        output_path: Directory for intents (``intents-*.jsonl`` part files);
+            None with a Kafka output topic.
+        errors_path: Directory for error records (``errors-*.jsonl``); None
+            with a Kafka errors topic.
         checkpointing_interval_ms: Checkpoint period; 0 disables checkpoints
             (and with them exactly-once after a failure).
         unaligned_checkpoints: Let barriers overtake buffered events. Agent
@@ -142,11 +156,16 @@ class FlinkJobOptions:
             about half the CPU, with the limits docs/design.md gives
             ("Flink's Python execution modes").
         job_name: Name shown in the Flink UI.
+        kafka: Kafka topics in place of files, and event time on them; None
+            reads and writes files only.
+        flink_conf: More Flink configuration (``--flink_conf KEY=VALUE``), set
+            last: what a local run's MiniCluster takes from no config.yaml
+            (a metrics reporter, ...); on a cluster, its own config.yaml.
     """
 
     input_files: tuple[str, ...]
-    output_path: str
-    errors_path: str
+    output_path: str | None
+    errors_path: str | None
     checkpointing_interval_ms: int = 10_000
     unaligned_checkpoints: bool = True
     checkpoint_dir: str | None = None
@@ -161,13 +180,19 @@ class FlinkJobOptions:
     python_executable: str | None = None
     python_execution_mode: ExecutionMode = "process"
     job_name: str = "beam-agents"
+    kafka: KafkaJobOptions | None = None
+    flink_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.input_files:
-            raise ConfigError("set --input_files", field="input_files")
-        for name in ("output_path", "errors_path"):
-            if not getattr(self, name):
-                raise ConfigError(f"set --{name} so nothing is dropped", field=name)
+        kafka = self.kafka or KafkaJobOptions(bootstrap_servers="-")
+        if bool(self.input_files) == bool(kafka.input_topic):
+            raise ConfigError("set one of --input_files and --input_kafka_topic",
+                              field="input_files")
+        for name, flag, topic in (("output_path", "output_kafka_topic", kafka.output_topic),
+                                  ("errors_path", "errors_kafka_topic", kafka.errors_topic)):
+            if bool(getattr(self, name)) == bool(topic):
+                raise ConfigError(f"set one of --{name} and --{flag} so nothing is dropped",
+                                  field=name)
         for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
                           ("restart_delay_ms", 0), ("bundle_time_ms", 1)):
             require_int(getattr(self, name), name=f"--{name}", low=low, field=name, noun="")
@@ -217,6 +242,7 @@ class DecodeEvents(ProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Bind the counters to the operator's metric group."""
+        quiet_worker_shutdown()  # each Python operator may have a worker of its own
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
         self._decode = InputDecoder(self._format, self._metrics,
                                     max_event_bytes=self._max_event_bytes, charset=self._charset)
@@ -257,8 +283,15 @@ AUTO_BUNDLE_SIZE = {"event_time": 100_000, "arrival": 16}
 
 
 def bundle_size_in_use(options: FlinkJobOptions) -> int:
-    """The bundle size the job runs with: the flag's, else `AUTO_BUNDLE_SIZE`'s."""
-    return options.bundle_size or AUTO_BUNDLE_SIZE[options.event_order]
+    """The bundle size the job runs with: the flag's, else `AUTO_BUNDLE_SIZE`'s.
+
+    On a topic, events run as the watermark passes them, while the input
+    arrives, as in arrival order: small bundles, so outcomes, timers and
+    checkpoints do not wait out a bundle's time.
+    """
+    streaming = options.kafka is not None and options.kafka.input_topic is not None
+    return options.bundle_size or AUTO_BUNDLE_SIZE["arrival" if streaming
+                                                   else options.event_order]
 
 
 def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
@@ -283,7 +316,7 @@ def flink_settings(options: FlinkJobOptions) -> dict[str, str]:
     settings["python.execution-mode"] = options.python_execution_mode
     if options.python_execution_mode == "thread":  # embedded, it sees its base path only
         settings["python.pythonpath"] = os.pathsep.join(path for path in sys.path if path)
-    return settings
+    return {**settings, **options.flink_conf}
 
 
 def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
@@ -299,31 +332,42 @@ def environment(options: FlinkJobOptions) -> StreamExecutionEnvironment:
     env.set_max_parallelism(options.max_parallelism)
     if options.python_executable:
         env.set_python_executable(options.python_executable)
+    if options.kafka is not None and options.kafka.connector_jar:
+        env.add_jars(Path(options.kafka.connector_jar).resolve().as_uri())
     return env
 
 
 def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-8",
                  event_order: EventOrder = "event_time",
-                 execution_mode: ExecutionMode = "process") -> tuple[DataStream, DataStream]:
+                 execution_mode: ExecutionMode = "process",
+                 watermarks: WatermarkStrategy | None = None,
+                 ordering: EventOrdering | None = None) -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
     The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
     source in front and sinks behind (their connector jars go on
     ``pipeline.jars``), and the agent runs exactly as in `build_job`.
     `charset` is how the source decoded the lines' bytes (see `DecodeEvents`);
-    `execution_mode` must be the job's ``python.execution-mode``.
+    `execution_mode` must be the job's ``python.execution-mode``. On an
+    unbounded source, `watermarks` stamps each decoded event with its event
+    time, and `ordering` runs it once the watermark has passed it (late
+    events as it says); see `beam_agents.flink._kafka`.
     Its operators carry the uids of `UIDS`, so one job holds one agent stream.
     """
     decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
                                          charset=charset),
                             output_type=_KEYED_EVENT).name("Decode").uid(UIDS["decode"])
-    keyed = decoded.key_by(_entity_of, key_type=Types.STRING())
+    events = decoded
+    if watermarks is not None:
+        events = decoded.assign_timestamps_and_watermarks(watermarks).name("EventTime").uid(
+            KAFKA_UIDS["timestamps"])
+    keyed = events.key_by(_entity_of, key_type=Types.STRING())
     # PyFlink keys a stream with a Python operator of its own ahead of the
     # partitioning, which its API does not expose: set its uid on the transformation.
     keyed._j_data_stream.getTransformation().getInputs().get(0).setUid(UIDS["key_by"])
     activate = AgentKeyedProcessFunction(config, event_order=event_order,
-                                         execution_mode=execution_mode)
-    activated = (keyed.process(activate, output_type=Types.STRING())
+                                         execution_mode=execution_mode, ordering=ordering)
+    activated = (keyed_process(keyed, activate, Types.STRING(), "Activate")
                  .name("Activate").uid(UIDS["activate"]))
     # A side output is read through an operator of its own too (PyFlink maps it
     # to the tag's type); each gets a uid like every other operator.
@@ -333,118 +377,35 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
 
 def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
               config: AgentConfig) -> tuple[DataStream, DataStream]:
-    """Add the file-to-file agent job to `env`; returns the intents and errors streams (sunk)."""
-    source = FileSource.for_record_stream_format(
-        StreamFormat.text_line_format(FILE_CHARSET), *options.input_files).build()
-    # No watermarks while reading; the finished file still emits the final one,
-    # which fires the end-of-input rounds (see AgentKeyedProcessFunction).
-    # The source's state is the input's splits and the position in each: with
-    # its uid, a restored job reads on from where the savepoint stopped.
-    lines = env.from_source(source, WatermarkStrategy.no_watermarks(),
-                            "ReadJsonl").uid(UIDS["source"])
+    """Add the agent job to `env`, from files or a topic to files or topics; returns its streams."""
+    kafka = options.kafka
+    ordering: EventOrdering | None = None
+    watermarks: WatermarkStrategy | None = None
+    if kafka is not None and kafka.input_topic is not None:
+        lines = kafka_lines(env, kafka, FILE_CHARSET)
+        # The watermark already waits out the disorder, so the operator adds none.
+        ordering = EventOrdering(mode=options.event_order, late_events=kafka.late_events)
+        watermarks = event_time_watermarks(kafka) if options.event_order == "event_time" else None
+    else:
+        source = FileSource.for_record_stream_format(
+            StreamFormat.text_line_format(FILE_CHARSET), *options.input_files).build()
+        # No watermarks while reading; the finished file still emits the final
+        # one, which fires the end-of-input rounds (see AgentKeyedProcessFunction).
+        # The source's state is the input's splits and the position in each: with
+        # its uid, a restored job reads on from where the savepoint stopped.
+        lines = env.from_source(source, WatermarkStrategy.no_watermarks(),
+                                "ReadJsonl").uid(UIDS["source"])
     intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
                                    event_order=options.event_order,
-                                   execution_mode=options.python_execution_mode)
-    intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
-        UIDS["intents_sink"])
-    errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors").uid(
-        UIDS["errors_sink"])
+                                   execution_mode=options.python_execution_mode,
+                                   watermarks=watermarks, ordering=ordering)
+    if options.output_path:
+        intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
+            UIDS["intents_sink"])
+    if options.errors_path:
+        errors.sink_to(_file_sink(options.errors_path, "errors")).name("WriteErrors").uid(
+            UIDS["errors_sink"])
+    if kafka is not None:
+        sink_to_kafka(env, kafka, None if options.output_path else intents,
+                      None if options.errors_path else errors)
     return intents, errors
-
-
-#: Each option's default, read from `FlinkJobOptions`: the flags and their help
-#: text take it from there, so a default is written once.
-_DEFAULTS: dict[str, Any] = {field.name: field.default for field in fields(FlinkJobOptions)
-                             if field.default is not MISSING}
-
-#: The event orders the job runs, and what each means; `_DEFAULTS` marks the default.
-_EVENT_ORDERS = {
-    "event_time": "each key's events run in event-time order over the whole input, so any "
-                  "line order gives the same intents",
-    "arrival": "as they arrive, for the lowest latency",
-}
-
-
-def _shown(name: str) -> str:
-    """How the help text shows an option's default: on or off for a switch, else the value."""
-    value = _DEFAULTS[name]
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
-
-
-def _add(group: Any, name: str, text: str, **kwargs: Any) -> None:
-    """Declare ``--name`` with the `FlinkJobOptions` default; ``{default}`` in `text` shows it."""
-    group.add_argument(f"--{name}", default=_DEFAULTS[name],
-                       help=text.format(default=_shown(name)), **kwargs)
-
-
-def job_parser() -> argparse.ArgumentParser:
-    """The job's flags: files in and out, Flink's recovery settings, and the shared agent flags."""
-    parser = argparse.ArgumentParser(prog="agent_job.py", description=__doc__.splitlines()[0])
-    io = parser.add_argument_group("inputs and outputs")
-    io.add_argument("--input_files", action="append", default=[],
-                    help="A JSONL file or a directory of them; repeat for more.")
-    io.add_argument("--output_path", help="Directory for intents (JSONL part files).")
-    io.add_argument("--errors_path", help="Directory for error records (JSONL part files).")
-    flink = parser.add_argument_group("flink")
-    switch = argparse.BooleanOptionalAction
-    _add(flink, "checkpointing_interval_ms", "Checkpoint period in ms; 0 disables "
-         "(default {default}).", type=int)
-    _add(flink, "unaligned_checkpoints", "Let checkpoint barriers overtake buffered events, "
-         "so checkpoints complete under backpressure (default {default}).", action=switch)
-    _add(flink, "checkpoint_dir", "Durable checkpoint storage URI.")
-    _add(flink, "restart_attempts", "Fixed-delay restart attempts (default {default}).",
-         type=int)
-    _add(flink, "restart_delay_ms", "Delay between restarts in ms (default {default}).",
-         type=int)
-    _add(flink, "bundle_size", "Elements per Python bundle (default: "
-         f"{AUTO_BUNDLE_SIZE['event_time']} in event_time order, where elements only queue "
-         f"and each bundle end writes the state it touched; {AUTO_BUNDLE_SIZE['arrival']} "
-         "in arrival order, where checkpoints wait for the bundle in flight).", type=int)
-    _add(flink, "bundle_time_ms", "Longest a Python bundle stays open, in ms "
-         "(default {default}).", type=int)
-    _add(flink, "python_managed_memory", "Share one Python worker per slot from managed "
-         "memory (default {default}: PyFlink 2.3 can fail the task manager when a failover "
-         "cancels the tasks sharing it).", action=switch)
-    orders = "; ".join(f"{order}{' (default)' if order == _DEFAULTS['event_order'] else ''}: "
-                       f"{meaning}" for order, meaning in _EVENT_ORDERS.items())
-    _add(flink, "event_order", f"{orders}.", choices=tuple(_EVENT_ORDERS))
-    _add(flink, "parallelism", "Operator parallelism.", type=int)
-    _add(flink, "max_parallelism", "Key groups of keyed state: the highest parallelism the "
-         "job, or a savepoint of it, can be rescaled to. A savepoint restores only with the "
-         "value it was taken with (default {default}, what Flink gives a job first started at "
-         "parallelism 85 or less; left to Flink, it would follow the first parallelism and "
-         "cap every later rescale; at most 32768).", type=int)
-    _add(flink, "python_executable", "Python for the workers (default: Flink's "
-         "python.executable, or flink run -pyexec).")
-    _add(flink, "python_execution_mode", "Where the Python functions run: process, in "
-         "worker processes (default {default}), or thread, embedded in the task manager's "
-         "JVM at about half the CPU; thread needs this interpreter's packages at the same "
-         "paths on every task manager, and a savepoint restores only into its own mode.",
-         choices=get_args(ExecutionMode))
-    _add(flink, "job_name", "Name in the Flink UI.")
-    add_agent_flags(parser)
-    return parser
-
-
-def parse_args(argv: Sequence[str] | None = None) -> tuple[FlinkJobOptions, AgentConfig]:
-    """The job's flags -> options and agent config; the one mapping for the Flink entry.
-
-    Raises:
-        ConfigError: a value is missing, unknown or out of range; names the flag.
-    """
-    values = vars(job_parser().parse_args(argv))
-    given: dict[str, Any] = {field.name: values[field.name] for field in fields(FlinkJobOptions)}
-    options = FlinkJobOptions(**{**given, "input_files": tuple(given["input_files"])})
-    config = agent_config_from_flags(values)
-    load_agent(config.agent)  # fail here, not in a restart loop on the cluster
-    return options, config
-
-
-def run(argv: Sequence[str] | None = None) -> Any:
-    """Parse flags, build the job and execute it; returns Flink's JobExecutionResult."""
-    options, config = parse_args(argv)
-    env = environment(options)
-    build_job(env, options, config)
-    return env.execute(options.job_name)

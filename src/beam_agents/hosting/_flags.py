@@ -9,7 +9,7 @@ import argparse
 from typing import Any
 
 __all__ = ["BUDGET_FLAGS", "ENGINE_FLAGS", "FLOW_FLAGS", "MODEL_FLAGS", "RETRY_FLAGS",
-           "STORE_FLAGS", "add_agent_flags"]
+           "STORE_FLAGS", "TRACING_FLAGS", "add_agent_flags"]
 
 #: flag, ModelConfig field, help
 MODEL_FLAGS = (
@@ -42,6 +42,11 @@ ENGINE_FLAGS = (
     ("max_queued_per_key", "max_queued_per_key", "Events one key may hold queued, its "
      "running one included (default 10000); past it the key's new events are BACKLOG dead "
      "letters, redrivable, instead of keyed state growing without bound."),
+    ("max_tool_calls_per_activation", "max_tool_calls_per_activation", "Tool calls one "
+     "activation may make, its tool loop's included (default 32); the next one is a TOOL dead "
+     "letter, and the tool does not run."),
+    ("max_pending_waits", "max_pending_waits", "Waits for an answer one entity may have "
+     "pending (default 16); the next one is a WAIT dead letter."),
 )
 #: flag, RetryPolicy field, help: what happens while a provider or store is down
 RETRY_FLAGS = (
@@ -76,6 +81,33 @@ BUDGET_FLAGS = (
 )
 
 
+#: flag, help: traces and GenAI metrics over OTLP (off unless an endpoint is given).
+#: Each has a standard ``OTEL_*`` variable the entry points map (`otel_flags_from_env`).
+TRACING_FLAGS = (
+    ("otel_exporter_otlp_endpoint", "OTLP/HTTP endpoint spans and GenAI metrics are exported "
+     "to, e.g. http://127.0.0.1:4318 (OTEL_EXPORTER_OTLP_ENDPOINT). Unset: tracing off."),
+    ("otel_exporter_otlp_traces_endpoint", "Full URL for spans instead "
+     "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)."),
+    ("otel_exporter_otlp_metrics_endpoint", "Full URL for metrics instead "
+     "(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)."),
+    ("otel_exporter_otlp_headers", "key=value,... headers sent with every export "
+     "(OTEL_EXPORTER_OTLP_HEADERS)."),
+    ("otel_sample_ratio", "Share of activations traced, 0 to 1 (default 1; "
+     "OTEL_TRACES_SAMPLER_ARG); a sampled producer context is always followed."),
+    ("otel_metrics_exporter", "otlp (default) or none: whether gen_ai.client.* histograms "
+     "are exported (OTEL_METRICS_EXPORTER)."),
+    ("otel_service_name", "service.name of the spans (default beam-agents; OTEL_SERVICE_NAME)."),
+    ("otel_resource_attributes", "key=value,... resource attributes "
+     "(OTEL_RESOURCE_ATTRIBUTES)."),
+    ("otel_capture_content", "true: put prompts and answers on spans. They may be personal "
+     "data; off by default."),
+    ("otel_entity_keys", "hash (default): spans carry the entity key's sha256; clear: the "
+     "key itself."),
+    ("otel_run_id", "Seeds activation span ids, so retries of one event share a trace; one "
+     "is drawn per launch when unset."),
+)
+
+
 def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
     """Declare the agent, model and long-term memory flags on `parser`.
 
@@ -101,9 +133,10 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
         model.add_argument(f"--{flag}", help=text)
     model.add_argument("--model_latency_ms", type=int,
                        help="Simulated latency of each local-provider call, in ms.")
-    model.add_argument("--model_outage", metavar="FIRST:COUNT",
+    model.add_argument("--model_outage", metavar="FIRST:COUNT|FIRST:DURATION",
                        help="Simulated transient outage of the local provider: its calls "
-                       "FIRST..FIRST+COUNT-1 (from 1, per worker) answer 503.")
+                       "FIRST..FIRST+COUNT-1 (from 1, per worker) answer 503; or, as "
+                       "FIRST:3s or FIRST:2500ms, every call for that long from call FIRST.")
     flow = parser.add_argument_group("flow control and cost")
     # Read as text and converted in `agent_config_from_flags`, so a bad value
     # is a one-line ConfigError naming the flag, not an argparse usage dump.
@@ -125,3 +158,8 @@ def add_agent_flags(parser: argparse.ArgumentParser | Any) -> None:
                          "journal (firestore; with --firestore_project/--firestore_database).")
     journal.add_argument("--call_journal_ttl_ms", type=int, help="How long a journal entry "
                          "lives, in ms (default 604800000, a week).")
+    tracing = parser.add_argument_group("traces (OpenTelemetry)")
+    # Read as text and converted in `tracing_config_from_flags`, so a bad value
+    # is a one-line ConfigError naming the flag.
+    for flag, text in TRACING_FLAGS:
+        tracing.add_argument(f"--{flag}", help=text)

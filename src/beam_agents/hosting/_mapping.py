@@ -21,6 +21,7 @@ from beam_agents.hosting._flags import (
     RETRY_FLAGS,
     STORE_FLAGS,
 )
+from beam_agents.hosting._tracing import tracing_config_from_flags
 from beam_agents.memory import LruCompactor
 from beam_agents.model import API_KEY_SOURCES, ModelConfig
 from beam_agents.runtime import AgentConfig, RetryPolicy
@@ -34,7 +35,8 @@ _AGENT_FIELDS = frozenset({"agent", "model", "compactor", "timeout_ms", "longter
                            "max_intent_bytes", "max_event_bytes", "traceback_bytes",
                            "max_in_flight", "agent_threads", "max_queued_per_key", "retry",
                            "call_journal", "call_journal_ttl_ms", "max_tokens_per_entity",
-                           "budget_window_ms"})
+                           "budget_window_ms", "max_tool_calls_per_activation",
+                           "max_pending_waits"})
 
 
 def _warn_if_key_in_config(config: AgentConfig) -> None:
@@ -85,12 +87,19 @@ def _read_local(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def _outage(text: str) -> tuple[int, int]:
-    first, sep, count = str(text).partition(":")
-    if sep and first.isdigit() and count.isdigit() and int(first) >= 1:
-        return int(first), int(count)
-    raise ConfigError(f"--model_outage must be FIRST:COUNT with FIRST >= 1, e.g. 40:4, got "
-                      f"{text!r}", field="model_outage")
+def _outage(text: str) -> dict[str, int]:
+    """``FIRST:COUNT`` (a run of calls), or ``FIRST:DURATION`` (``3s``, ``2500ms``): a span."""
+    first, sep, extent = str(text).partition(":")
+    if sep and first.isdigit() and int(first) >= 1:
+        if extent.isdigit():
+            return {"outage_first_call": int(first), "outage_calls": int(extent)}
+        for unit, scale in (("ms", 1), ("s", 1000)):
+            number = extent.removesuffix(unit)
+            if number != extent and number.isdigit() and int(number) > 0:
+                return {"outage_first_call": int(first), "outage_ms": int(number) * scale}
+    raise ConfigError(f"--model_outage must be FIRST:COUNT (a run of calls, e.g. 40:4) or "
+                      f"FIRST:DURATION (a span of time from call FIRST, e.g. 40:3s or 40:2500ms) "
+                      f"with FIRST >= 1, got {text!r}", field="model_outage")
 
 
 def _number_flag(flag: str, text: object, kind: type) -> int | float:
@@ -169,7 +178,7 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
     if given("model_latency_ms") is not None:
         model["latency_ms"] = given("model_latency_ms")
     if given("model_outage") is not None:
-        model["outage_first_call"], model["outage_calls"] = _outage(given("model_outage"))
+        model.update(_outage(given("model_outage")))
     for flag, key, kind, _ in FLOW_FLAGS:
         if given(flag) is not None:
             model[key] = _number_flag(flag, given(flag), kind)
@@ -186,4 +195,6 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
         store.update({key: given(flag) for flag, key, _ in STORE_FLAGS
                       if given(flag) is not None})
         data["longterm_memory"] = store
-    return agent_config_from_mapping(data)
+    config = agent_config_from_mapping(data)
+    tracing = tracing_config_from_flags(given)
+    return config if tracing is None else dataclasses.replace(config, tracing=tracing)

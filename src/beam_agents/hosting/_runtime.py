@@ -9,25 +9,39 @@ from __future__ import annotations
 import importlib
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from beam_agents.errors import ConfigError
+from beam_agents.memory import BufferedLongtermStore
 from beam_agents.metrics import MetricsSink
-from beam_agents.model import ModelConfig, ModelProvider
+from beam_agents.model import (
+    CallJournal,
+    ModelConfig,
+    ModelProvider,
+    RateMemory,
+    provider_account,
+)
 from beam_agents.model.providers import build_provider
-from beam_agents.runtime import ActivationRuntime, AgentConfig
+from beam_agents.runtime import ActivationRuntime, Agent, AgentConfig
+from beam_agents.tracing import Tracer
 
-__all__ = ["load_agent", "start_runtime", "wall_ms"]
+__all__ = ["load_agent", "model_provider", "start_runtime", "wall_ms"]
 
 
-def load_agent(reference: str) -> Callable[..., Any]:
-    """Resolve ``"package.module:callable"`` to the agent callable.
+def load_agent(reference: str | Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve ``"package.module:callable"`` to the agent callable; a callable is returned as is.
 
     Raises:
         ConfigError: the reference is malformed, the module does not import, or
             the attribute is missing or not callable; names `AgentConfig.agent`.
     """
+    if not isinstance(reference, str):
+        if not callable(reference):
+            raise ConfigError(f"AgentConfig.agent {reference!r} is not callable",
+                              field="AgentConfig.agent")
+        return reference
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(
@@ -50,8 +64,23 @@ def load_agent(reference: str) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
+def model_provider(config: ModelConfig) -> ModelProvider:
+    """The provider `config` names, with its API key read from where the config says.
+
+    For a host that wraps the provider before handing it to `start_runtime`
+    (``beam-agents replay --shadow`` caps what it pays).
+
+    Raises:
+        ConfigError: the API key cannot be read.
+    """
+    return build_provider(config, api_key=_read_api_key(config))
+
+
 def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
-                  provider: ModelProvider | None = None) -> ActivationRuntime:
+                  provider: ModelProvider | None = None,
+                  dry_tools: bool = False, store: BufferedLongtermStore | None = None,
+                  journal: CallJournal | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> ActivationRuntime:
     """Resolve the agent, build the provider and open the store `config` names.
 
     Hosts call this once per worker instance (``DoFn.setup``, Flink ``open``)
@@ -63,6 +92,15 @@ def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
         metrics: Where the core's counters go.
         provider: A provider to use instead of the one ``config.model`` names,
             e.g. a scripted one in a test; the runtime still closes it.
+        dry_tools: Run no tool and reach no MCP server: a tool call with no
+            record in the journal stops its activation (``beam-agents replay``).
+        store: A long-term store to use instead of the one
+            ``config.longterm_memory`` names (a test's private one); the
+            runtime closes it.
+        journal: A call journal to use instead of the one
+            ``config.call_journal`` names; the runtime closes it.
+        clock: Monotonic seconds, for the circuit breaker and the scheduler
+            (a test's fake clock).
 
     Raises:
         ConfigError: the agent does not load, or the API key named by
@@ -70,12 +108,46 @@ def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
         ProviderUnavailable: Secret Manager is unreachable (retriable).
     """
     agent = load_agent(config.agent)
-    model = provider if provider is not None else build_provider(
-        config.model, api_key=_read_api_key(config.model))
-    store = config.longterm_memory.open() if config.longterm_memory is not None else None
-    journal = config.call_journal.open() if config.call_journal is not None else None
+    model = provider if provider is not None else model_provider(config.model)
+    if store is None and config.longterm_memory is not None:
+        store = config.longterm_memory.open()
+    if journal is None and config.call_journal is not None:
+        journal = config.call_journal.open()
+    # With a journal, what this worker learns of the provider's quota is kept
+    # for the next run; each worker keeps its own row (docs/design.md, "Flow control").
+    rates = None if journal is None else RateMemory(
+        journal, account=provider_account(model), worker=uuid.uuid4().hex, wall_ms=wall_ms)
     return ActivationRuntime(config, agent=agent, provider=model, store=store, journal=journal,
-                             clock=time.monotonic, metrics=metrics)
+                             clock=clock, metrics=metrics, rates=rates,
+                             tool_sources=[] if dry_tools else _mcp_sources(agent),
+                             dry_tools=dry_tools, tracer=_tracer(config, metrics))
+
+
+def _tracer(config: AgentConfig, metrics: MetricsSink | None) -> Tracer | None:
+    """This process's exporter of spans for ``config.tracing``; None when tracing is off.
+
+    Raises:
+        ConfigError: tracing is on but the ``otel`` extra is not installed.
+    """
+    if config.tracing is None:
+        return None
+    try:
+        from beam_agents.otel import OtelTracer  # noqa: PLC0415 - the otel extra
+    except ImportError as exc:
+        raise ConfigError(f"--otel_exporter_otlp_endpoint needs the OpenTelemetry SDK: "
+                          f"pip install 'beam-agents[otel]' on the workers ({exc})",
+                          field="otel_exporter_otlp_endpoint") from exc
+    return OtelTracer.shared(config.tracing, metrics)
+
+
+def _mcp_sources(agent: Callable[..., Any]) -> list[Any]:
+    """The agent's MCP servers, as tool sources (the ``mcp`` SDK loads only if it has some)."""
+    servers = agent.mcp if isinstance(agent, Agent) else ()
+    if not servers:
+        return []
+    from beam_agents.mcp import McpToolSource  # noqa: PLC0415 - the SDK loads on demand
+
+    return [McpToolSource(server) for server in servers]
 
 
 def _read_api_key(model: ModelConfig) -> str | None:

@@ -15,13 +15,20 @@ from beam_agents.model._config import API_KEY_SOURCES, BreakerConfig, ModelConfi
 from beam_agents.model._facade import ModelFacade
 from beam_agents.model._journal import (
     DEFAULT_JOURNAL_TTL_MS,
+    MAX_JOURNAL_RESPONSE_BYTES,
+    MAX_REQUEST_SUMMARY_BYTES,
     CallJournal,
     CallJournalConfig,
     InMemoryCallJournal,
     JournalEntry,
     JournalWrite,
+    LearnedRateRecord,
+    journal_entry,
+    journal_key,
+    request_summary,
 )
-from beam_agents.model._provider import ModelProvider
+from beam_agents.model._provider import ModelProvider, account_digest, provider_account
+from beam_agents.model._rate_memory import RateMemory
 from beam_agents.model._replay_cache import (
     MAX_BLOB_BYTES,
     MAX_ENTRIES,
@@ -29,6 +36,7 @@ from beam_agents.model._replay_cache import (
     CachedResponse,
     ReplayCache,
 )
+from beam_agents.model._send_gate import RequestHeldBack, check_before_send
 from beam_agents.model._types import Message, ModelRequest, ModelResponse, RateLimits, ToolCall
 
 __all__ = [
@@ -37,6 +45,8 @@ __all__ = [
     "DEFAULT_JOURNAL_TTL_MS",
     "MAX_BLOB_BYTES",
     "MAX_ENTRIES",
+    "MAX_JOURNAL_RESPONSE_BYTES",
+    "MAX_REQUEST_SUMMARY_BYTES",
     "TTL_MS",
     "BreakerConfig",
     "BreakerRegistry",
@@ -48,6 +58,7 @@ __all__ = [
     "InMemoryCallJournal",
     "JournalEntry",
     "JournalWrite",
+    "LearnedRateRecord",
     "Message",
     "ModelConfig",
     "ModelFacade",
@@ -56,10 +67,18 @@ __all__ = [
     "ModelResponse",
     "ProviderAdmission",
     "RateLimits",
+    "RateMemory",
     "ReplayCache",
+    "RequestHeldBack",
     "TokenBudget",
     "ToolCall",
     "WaitLedger",
+    "account_digest",
+    "check_before_send",
     "compute_cache_key",
     "estimate_tokens",
+    "journal_entry",
+    "journal_key",
+    "provider_account",
+    "request_summary",
 ]

@@ -10,17 +10,9 @@ each call may leave:
   worker until it has passed; the facade then asks again. A 429 never counts
   toward the circuit breaker and never fails the activation.
 * **Pacing.** A request rate (``--model_max_rps``, or the share learned from
-  429s) and a token rate (``--model_max_tpm``, estimated from each request and
-  corrected by the usage reported) bound what leaves the worker. The share is
-  learned as TCP learns a window. A worker sends unpaced until its first
-  429, so a provider without a quota costs nothing; from what the account
-  accepted of that burst, a slow start doubles the rate every
-  `SLOW_START_DOUBLING_S` until the next 429, which sets it to what the
-  account delivered just before; later 429s cut it by `DECREASE`,
-  and each call that had to wait for the pacer raises it by a step that
-  doubles every `DOUBLING_S` without a 429 (BIC's idea: back near the old
-  rate soon, then probe). Every worker starts and grows alike, so N workers
-  sharing one quota converge on equal shares with no coordination.
+  429s and rate-limit headers: `LearnedRate`) and a token rate
+  (``--model_max_tpm``, estimated from each request and corrected by the
+  usage reported) bound what leaves the worker.
   ``x-ratelimit-remaining-requests: 0`` pauses until the reset, before the 429.
 * **Quota exhaustion is not a rate limit.** After an ``insufficient_quota``
   (a daily or billing limit), calls are refused here without reaching the
@@ -44,33 +36,16 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import deque
-from dataclasses import dataclass, field
 
 from aiolimiter import AsyncLimiter
 
 from beam_agents.errors import QuotaExhaustedError
+from beam_agents.model._rate_learning import UNPACED_RPS, LearnedRate, Ticket
+from beam_agents.model._send_gate import RequestHeldBack
 from beam_agents.model._types import ModelRequest, ModelResponse, RateLimits
 
-__all__ = ["DECREASE", "ProviderAdmission", "Ticket", "WaitLedger", "estimate_tokens"]
+__all__ = ["ProviderAdmission", "Ticket", "WaitLedger", "estimate_tokens"]
 
-#: The ceiling of `ProviderAdmission.unpaced`: a million requests per second.
-UNPACED_RPS = 1e6
-#: The slowest a worker without ``--model_max_rps`` restarts at after its first 429.
-INITIAL_RATE = 1.0
-#: After the first 429, until the second, it doubles its rate this often.
-SLOW_START_DOUBLING_S = 1.0
-#: A fresh 429 cuts the rate to this share of itself (the first: of what the account delivered).
-DECREASE = 0.8
-#: Right after a cut, the rate grows by this share of the highest rate held, per second.
-INCREASE_PER_S = 0.005
-#: The growth doubles every this many seconds without a 429, up to `MAX_DOUBLINGS` times.
-DOUBLING_S = 5.0
-MAX_DOUBLINGS = 10.0
-#: The slowest learned rate, in requests per second.
-MIN_RATE = 0.01
-#: The window over which the first cut measures the delivered rate, in seconds.
-DELIVERY_WINDOW_S = 2.0
 #: A 429 that says nothing pauses this long, doubling on 429s in a row, up to `MAX_QUIET_PAUSE_S`.
 QUIET_PAUSE_S = 1.0
 MAX_QUIET_PAUSE_S = 32.0
@@ -134,17 +109,6 @@ class WaitLedger:
         return self.waited_s + (now - self._since if self._waiting else 0.0)
 
 
-@dataclass(slots=True)
-class Ticket:
-    """One admitted call: when it left, whether the pacer held it, and what it was charged."""
-
-    admitted_at: float
-    paced: bool
-    probe: bool
-    tokens: int
-    outcome: str | None = field(default=None)  # "ok" | "limited" | "other", once settled
-
-
 #: The shortest sleep to a turn: a wait that float arithmetic shrank to nothing
 #: must still move the clock, or a virtual one would spin at the same instant.
 _MIN_SLEEP_S = 1e-8
@@ -200,13 +164,8 @@ class ProviderAdmission:
     def __init__(self, *, model_id: str = "model", max_rps: float | None = None,
                  max_tpm: int | None = None, probe_interval_s: float = 60.0) -> None:
         self._model_id = model_id
-        self._ceiling = max_rps
-        start = UNPACED_RPS if max_rps is None else max_rps
-        self._spacing = _Spacing(start)
-        self._rate = start  # the learned rate, which the spacing follows
-        self._unpaced = max_rps is None  # until the first 429
-        self._slow_start = max_rps is None  # until the second
-        self._scale = start  # what the growth step is a share of: the rate set by the last cut
+        self._learner = LearnedRate(max_rps)
+        self._spacing = _Spacing(self._learner.rate)  # follows the learned rate
         self._tokens = AsyncLimiter(max_tpm, 60.0) if max_tpm is not None else None
         self._max_tpm = max_tpm
         self._token_debt = 0.0
@@ -215,13 +174,13 @@ class ProviderAdmission:
         self._fifo: asyncio.Lock | None = None
         self._paused_until = 0.0
         self._quiet_pauses = 0
-        self._last_cut_at = -math.inf
         self._cut_pending = False
-        self._recent: deque[Ticket] = deque()
-        self._slow_start_at = -math.inf
+        self._first_answer: asyncio.Event | None = None  # set once the first call is back
         self._exhausted = False
         self._probe_at = 0.0
         self._probing = False
+        #: Requests stopped at the last moment because a pause began after their admission.
+        self.held_back_calls = 0
 
     @classmethod
     def unpaced(cls, *, model_id: str = "model") -> ProviderAdmission:
@@ -231,7 +190,17 @@ class ProviderAdmission:
     @property
     def rate(self) -> float:
         """Requests per second the worker currently sends at most."""
-        return self._rate
+        return self._learner.rate
+
+    @property
+    def learned_rate(self) -> float | None:
+        """The share of the quota this worker learned, to remember for the next run; or None."""
+        return self._learner.learned
+
+    def start_from(self, rate: float) -> None:
+        """Start paced at `rate`, the share an earlier run learned (no unpaced burst)."""
+        self._learner.start_from(rate, asyncio.get_running_loop().time())
+        self._spacing.rate = self._learner.rate
 
     @property
     def exhausted(self) -> bool:
@@ -262,6 +231,10 @@ class ProviderAdmission:
             if self._fifo is None:
                 self._fifo = asyncio.Lock()
             async with self._fifo:
+                if self._first_answer is not None:
+                    # An unpaced worker's first call went alone; the others wait for its
+                    # answer, which may say the account's limit (`LearnedRate`).
+                    await self._first_answer.wait()
                 probe = await self._wait_out_pauses(loop)
                 paced = await self._pace(loop, tokens)
                 # A 429 that came back while this call waited for its turn
@@ -270,12 +243,13 @@ class ProviderAdmission:
                 now = loop.time()
                 self._spacing.left(now)
                 ticket = Ticket(admitted_at=now, paced=paced, probe=probe, tokens=tokens)
+                if self._learner.first_answer_pending and self._first_answer is None:
+                    self._first_answer = asyncio.Event()
         finally:
             if ledger is not None:
                 now = loop.time()
                 ledger.end(now, waited=now - started > 0.001)
-        if self._slow_start:  # the first cut measures what the account delivered
-            self._remember(ticket)
+        self._learner.remember(ticket)  # the first cuts measure what the account delivered
         return ticket
 
     async def _wait_out_pauses(self, loop: asyncio.AbstractEventLoop, *,
@@ -297,7 +271,9 @@ class ProviderAdmission:
                 await asyncio.sleep(max(0.001, self._paused_until - now))
                 continue
             if self._cut_pending:
-                self._apply_cut(now)
+                self._cut_pending = False
+                self._learner.cut(now)
+                self._spacing.rate = self._learner.rate
             return probing
 
     async def _pace(self, loop: asyncio.AbstractEventLoop, tokens: int) -> bool:
@@ -309,9 +285,36 @@ class ProviderAdmission:
             await self._tokens.acquire(amount)
         return paced
 
+    def check_send(self, ticket: Ticket) -> None:
+        """Stop `ticket`'s request at the last moment if a pause began since its admission.
+
+        The provider calls this (through `check_before_send`) right before the
+        request's first byte leaves: a 429 read while the call waited for a
+        connection still holds it (invariant 11).
+
+        Raises:
+            RequestHeldBack: A pause is in force, or the quota ran out and this
+                call is not its probe; the request was not sent.
+        """
+        now = asyncio.get_running_loop().time()
+        if now < self._paused_until or (self._exhausted and not ticket.probe):
+            raise RequestHeldBack(
+                f"a request to {self._model_id} was held back before sending: the provider "
+                f"asked to wait {self._paused_until - now:.3f} s more")
+
+    def held_back(self, ticket: Ticket) -> None:
+        """`ticket`'s request was never sent: it takes its turn again, and says nothing."""
+        ticket.outcome = "other"
+        self._first_back()
+        self._credit(ticket)
+        self.held_back_calls += 1
+        if ticket.probe:
+            self._probing = False
+
     def succeeded(self, ticket: Ticket, response: ModelResponse, *, now: float) -> None:
         """The call was answered: grow the learned rate if the pacer held it, correct the tokens."""
         ticket.outcome = "ok"
+        self._first_back()
         self._quiet_pauses = 0
         if ticket.probe or self._exhausted:
             self._exhausted = self._probing = False
@@ -322,20 +325,10 @@ class ProviderAdmission:
                 self._token_debt = max(-self._max_tpm, min(self._max_tpm, self._token_debt))
         if response.tokens_out:
             self._output_estimate += _OUTPUT_EWMA * (response.tokens_out - self._output_estimate)
-        rate = self._rate
-        if ticket.paced and rate < (self._ceiling or math.inf):
-            # Growth only while the pacer binds: a worker whose demand is below
-            # its rate learns nothing about the quota. Per call, step / rate,
-            # so the rate grows by `step` per second.
-            if self._slow_start:
-                step = rate * math.log(2) / SLOW_START_DOUBLING_S
-            else:
-                since = now - self._last_cut_at if self._last_cut_at > -math.inf else 0.0
-                step = INCREASE_PER_S * self._scale * 2.0 ** min(since / DOUBLING_S,
-                                                                 MAX_DOUBLINGS)
-            self._set_rate(rate + step / rate)
+        self._learner.succeeded(ticket, now, response.limits)
+        self._spacing.rate = self._learner.rate
         if response.limits is not None:
-            self._read_limits(response.limits, now)
+            self._read_limits(response.limits, now, ticket)
 
     def rate_limited(self, ticket: Ticket, retry_after_s: float | None, *, now: float) -> float:
         """A 429: pause every call of the provider; a fresh one also cuts the rate.
@@ -344,11 +337,12 @@ class ProviderAdmission:
             The pause, in seconds from `now`.
         """
         ticket.outcome = "limited"
+        self._first_back()
         self._credit(ticket)
         if ticket.probe or self._exhausted:
             # A rate limit, not an exhausted quota: the quota is back.
             self._exhausted = self._probing = False
-        fresh = ticket.admitted_at >= self._last_cut_at
+        fresh = self._learner.fresh(ticket)
         if retry_after_s is None:
             pause = min(MAX_QUIET_PAUSE_S, QUIET_PAUSE_S * 2.0 ** self._quiet_pauses)
             self._quiet_pauses += fresh
@@ -359,13 +353,14 @@ class ProviderAdmission:
         if fresh:
             # One cut per overshoot: the 429s of calls already on the wire
             # when the first came back say nothing new.
-            self._last_cut_at = now
+            self._learner.overshot(now)
             self._cut_pending = True
         return pause
 
     def quota_exhausted(self, ticket: Ticket, *, now: float) -> None:
         """The provider said the quota is used up: refuse calls until a probe finds it back."""
         ticket.outcome = "other"
+        self._first_back()
         self._credit(ticket)
         self._exhausted = True
         self._probing = False
@@ -374,74 +369,29 @@ class ProviderAdmission:
     def released(self, ticket: Ticket) -> None:
         """The call ended some other way (a failure, a cancellation): free the probe slot."""
         ticket.outcome = "other"
+        self._first_back()
         if ticket.probe:
             self._probing = False
 
-    def _apply_cut(self, now: float) -> None:
-        """Cut the rate for the last fresh 429 (run when its pause ends).
-
-        The first cut has no rate to cut: it takes what the account delivered
-        in the second before the 429, measured at the end of the pause, when
-        the answers of the calls sent just before it are in (the share the
-        account accepted, times the rate they were sent at). Later cuts are
-        multiplicative: a worker that burst into another's stream sees a poor
-        acceptance that says little about its share.
-        """
-        self._cut_pending = False
-        rate = DECREASE * self._rate
-        if self._unpaced:
-            # The first 429 ends the unpaced start, which was a burst: what the
-            # account accepted of it is a floor to restart the slow start from.
-            self._unpaced = False
-            start = self._last_cut_at - DELIVERY_WINDOW_S
-            ok = sum(1 for t in self._recent
-                     if start <= t.admitted_at <= self._last_cut_at and t.outcome == "ok")
-            self._recent.clear()
-            self._slow_start_at = now
-            rate = max(INITIAL_RATE, DECREASE * ok / DELIVERY_WINDOW_S)
-        elif self._slow_start:
-            # The window is the slow start's own, however short: a worker that
-            # joined a quota others already fill meets its next 429 quickly.
-            self._slow_start = False
-            start = max(self._last_cut_at - DELIVERY_WINDOW_S, self._slow_start_at)
-            window = [t for t in self._recent if start <= t.admitted_at <= self._last_cut_at]
-            self._recent.clear()
-            ok = sum(1 for t in window if t.outcome == "ok")
-            limited = sum(1 for t in window if t.outcome == "limited")
-            span = self._last_cut_at - start
-            if ok and span > 0:  # else nothing got through: the plain cut is all there is
-                sent_rate = len(window) / span
-                rate = DECREASE * min(self._rate, sent_rate * ok / (ok + limited))
-        rate = max(MIN_RATE, rate)
-        # The growth step is a share of the rate the cut left, not of a fixed
-        # one: a worker's 429s come in proportion to its rate, so growth in
-        # proportion too makes every worker settle on the same rate, however
-        # differently they started (a worker that joined late included).
-        self._scale = rate
-        self._set_rate(rate)
-
-    def _set_rate(self, rate: float) -> None:
-        """Learn `rate`, under the ceiling; the spacing follows at once."""
-        if self._ceiling is not None:
-            rate = min(self._ceiling, rate)
-        self._rate = self._spacing.rate = rate
+    def _first_back(self) -> None:
+        """A call came back (or never left): an unpaced worker's other calls may go."""
+        if self._first_answer is not None and not self._first_answer.is_set():
+            self._learner.answered()
+            self._first_answer.set()
 
     def _credit(self, ticket: Ticket) -> None:
         """Give back the tokens a refused call was charged: the provider counted none."""
         if self._max_tpm is not None:
             self._token_debt = max(-self._max_tpm, self._token_debt - ticket.tokens)
 
-    def _remember(self, ticket: Ticket) -> None:
-        """Keep the tickets of the last window, which the first cut measures over."""
-        self._recent.append(ticket)
-        horizon = ticket.admitted_at - 4 * DELIVERY_WINDOW_S
-        while self._recent and self._recent[0].admitted_at < horizon:
-            self._recent.popleft()
-
-    def _read_limits(self, limits: RateLimits, now: float) -> None:
+    def _read_limits(self, limits: RateLimits, now: float, ticket: Ticket) -> None:
         """Pause before the account runs dry, where the provider says how much is left."""
         for remaining, reset_s in ((limits.remaining_requests, limits.reset_requests_s),
                                    (limits.remaining_tokens, limits.reset_tokens_s)):
             if remaining is not None and remaining <= 0 and reset_s is not None:
                 self._paused_until = max(self._paused_until,
                                          now + min(MAX_QUIET_PAUSE_S, max(0.0, reset_s)))
+                if remaining is limits.remaining_requests and self._learner.fresh(ticket):
+                    # Nothing left is the 429 the next call would get: cut as for one.
+                    self._learner.overshot(now)
+                    self._cut_pending = True

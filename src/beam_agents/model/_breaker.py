@@ -3,9 +3,16 @@
 States::
 
     CLOSED --(failure_threshold consecutive retriable failures)--> OPEN
-    OPEN --(cooldown_s elapsed; the next call is the trial)--> HALF_OPEN
-    HALF_OPEN --(trial succeeds)--> CLOSED
-    HALF_OPEN --(trial fails)--> OPEN (cooldown restarts)
+    OPEN --(the cooldown elapsed; the next call is the trial)--> HALF_OPEN
+    HALF_OPEN --(trial succeeds)--> CLOSED (the cooldown resets to cooldown_s)
+    HALF_OPEN --(trial fails)--> OPEN (for twice the last cooldown, up to max_cooldown_s)
+
+The breaker also gates the *start* of activations (invariant 11): while it
+is open no new activation starts, and once it has cooled down the host lets
+one activation through as its trial (`start_wait_s`). An activation started
+only to meet an open breaker at its model call would be suspended and run
+again for nothing, so an outage costs the failed calls and the activations
+already in flight, never a suspension of every queued key.
 
 Only retriable failures (`ProviderUnavailable`) count. A `ProviderRejected`
 proves nothing about the provider's health, so it neither counts nor resets
@@ -56,6 +63,7 @@ class CircuitBreaker:
         self._state = BreakerState.CLOSED
         self._failures = 0
         self._opened_at = 0.0
+        self._cooldown_s = config.cooldown_s  # this opening's; doubles on a failed trial
         self._trial_started_at: float | None = None
 
     @property
@@ -77,6 +85,28 @@ class CircuitBreaker:
         with self._lock:
             return self._failures
 
+    @property
+    def cooldown_s(self) -> float:
+        """How long the breaker stays open this time (it doubles with each failed trial)."""
+        with self._lock:
+            return self._cooldown_s
+
+    def start_wait_s(self) -> float | None:
+        """How long a new activation must wait before it may start (invariant 11).
+
+        Returns:
+            None while the breaker is closed: activations start freely. Else
+            the seconds left of the cooldown, 0.0 once it has passed: the host
+            may then start one activation at a time, whose model call is the
+            trial (it keeps the others waiting until the trial has answered).
+        """
+        with self._lock:
+            if self._state is BreakerState.CLOSED:
+                return None
+            if self._state is BreakerState.HALF_OPEN:
+                return 0.0
+            return max(0.0, self._opened_at + self._cooldown_s - self._clock())
+
     def before_call(self) -> None:
         """Admit a call, or refuse it without touching the provider.
 
@@ -90,7 +120,7 @@ class CircuitBreaker:
                 return
             if self._state is BreakerState.OPEN:
                 if not self._cooled_down():
-                    remaining = self._opened_at + self._config.cooldown_s - now
+                    remaining = self._opened_at + self._cooldown_s - now
                     raise self._refusal(f"open for another {remaining:.1f}s")
                 self._state = BreakerState.HALF_OPEN
                 self._trial_started_at = now
@@ -99,7 +129,7 @@ class CircuitBreaker:
             # reported (a cancelled activation) is given up after a cooldown,
             # so a lost report cannot wedge the breaker.
             started = self._trial_started_at
-            if started is not None and now - started < self._config.cooldown_s:
+            if started is not None and now - started < self._cooldown_s:
                 raise self._refusal("half-open and its trial call is in flight")
             self._trial_started_at = now
 
@@ -108,6 +138,7 @@ class CircuitBreaker:
         with self._lock:
             self._state = BreakerState.CLOSED
             self._failures = 0
+            self._cooldown_s = self._config.cooldown_s
             self._trial_started_at = None
 
     def record_failure(self) -> None:
@@ -118,6 +149,9 @@ class CircuitBreaker:
             # must not push the end of the cooldown further out.
             if self._state is BreakerState.OPEN:
                 return
+            if self._state is BreakerState.HALF_OPEN:
+                # A failed trial: the outage goes on, so look again less often.
+                self._cooldown_s = min(2 * self._cooldown_s, self._config.longest_cooldown_s)
             if (self._state is BreakerState.HALF_OPEN
                     or self._failures >= self._config.failure_threshold):
                 self._state = BreakerState.OPEN
@@ -134,7 +168,12 @@ class CircuitBreaker:
             self._trial_started_at = None
 
     def _cooled_down(self) -> bool:
-        return self._clock() - self._opened_at >= self._config.cooldown_s
+        return self._clock() - self._opened_at >= self._cooldown_s
+
+    def refusal(self) -> ProviderUnavailable:
+        """The error of an activation held back by this open breaker, never started."""
+        with self._lock:
+            return self._refusal("open")
 
     def _refusal(self, why: str) -> ProviderUnavailable:
         name = self._model_id or "model"

@@ -43,7 +43,7 @@ _KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 # provider ignores is almost always a mistake, so it is rejected.
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
     "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls",
-                        "quota_rps"}),
+                        "outage_ms", "quota_rps"}),
     "gemini": frozenset({"project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                          "base_url", "timeout_s"}),
     "openai": frozenset({*API_KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
@@ -80,24 +80,51 @@ def _check_keys(cls: type, data: Mapping[str, Any], prefix: str) -> None:
         )
 
 
+#: The cap on a breaker's doubling cooldown when `BreakerConfig.max_cooldown_s` is unset.
+DEFAULT_MAX_COOLDOWN_S = 30.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerConfig:
     """When a model's circuit breaker opens, and how long it stays open.
 
+    While the breaker is open, no new activation starts on the worker: keys
+    wait, and one activation at a time is let through as the trial once the
+    cooldown has passed. A short outage therefore costs a second of waiting
+    and one failed trial, not a retry of every key in flight; a long one is
+    probed ever less often.
+
     Attributes:
         failure_threshold: Consecutive retriable failures that open the breaker,
             in [1, 1000].
-        cooldown_s: Seconds the breaker stays open before one trial call is
-            let through, in (0, 3600].
+        cooldown_s: Seconds the breaker stays open before its first trial call,
+            in (0, 3600]. Each failed trial doubles it, up to `max_cooldown_s`.
+        max_cooldown_s: The longest cooldown, in (0, 3600]; at least
+            `cooldown_s`. None: 30 s, or `cooldown_s` if that is longer.
     """
 
     failure_threshold: int = 5
-    cooldown_s: float = 30.0
+    cooldown_s: float = 1.0
+    max_cooldown_s: float | None = None
 
     def __post_init__(self) -> None:
         require_int(self.failure_threshold, name="breaker.failure_threshold", low=1, high=1000,
                     field="breaker.failure_threshold")
         _require_number("breaker.cooldown_s", self.cooldown_s, 0, 3600, low_inclusive=False)
+        if self.max_cooldown_s is not None:
+            _require_number("breaker.max_cooldown_s", self.max_cooldown_s, 0, 3600,
+                            low_inclusive=False)
+            if self.max_cooldown_s < self.cooldown_s:
+                raise ConfigError(
+                    f"breaker.max_cooldown_s ({self.max_cooldown_s:g}) must be at least "
+                    f"breaker.cooldown_s ({self.cooldown_s:g})", field="breaker.max_cooldown_s")
+
+    @property
+    def longest_cooldown_s(self) -> float:
+        """The cap on the doubling cooldown: `max_cooldown_s`, or its default."""
+        if self.max_cooldown_s is not None:
+            return self.max_cooldown_s
+        return max(DEFAULT_MAX_COOLDOWN_S, self.cooldown_s)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> BreakerConfig:
@@ -148,6 +175,10 @@ class ModelConfig:
             as a 503 would, with `ProviderUnavailable`; for demos and tests
             of suspension. 0 means no outage.
         outage_calls: How many calls the simulated outage fails, in [0, 1 000 000].
+        outage_ms: Instead of `outage_calls`, how long the simulated outage
+            lasts from its first call, in [0, 3 600 000] ms: every call in that
+            span fails, as during a provider's real outage, however few calls
+            the circuit breaker lets through meanwhile.
         quota_rps: A simulated account quota of the local provider
             (``--model_quota``), in requests per second per worker: past it the
             provider answers as a 429 with ``Retry-After: 1`` would, with
@@ -181,6 +212,7 @@ class ModelConfig:
     latency_ms: int = 0
     outage_first_call: int = 0
     outage_calls: int = 0
+    outage_ms: int = 0
     quota_rps: float | None = None
     max_rps: float | None = None
     max_tpm: int | None = None
@@ -208,6 +240,10 @@ class ModelConfig:
         require_int(self.latency_ms, name="latency_ms", low=0, high=60_000, field="latency_ms")
         for name in ("outage_first_call", "outage_calls"):
             require_int(getattr(self, name), name=name, low=0, high=1_000_000, field=name)
+        require_int(self.outage_ms, name="outage_ms", low=0, high=3_600_000, field="outage_ms")
+        if self.outage_ms and self.outage_calls:
+            raise ConfigError("set outage_calls (a run of calls) or outage_ms (a span of time), "
+                              "not both", field="outage_ms")
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
         self._check_flow_fields()
@@ -237,7 +273,7 @@ class ModelConfig:
         allowed = _PROVIDER_FIELDS[self.provider]
         for name in ("project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                      "base_url", "timeout_s", "script_path", "latency_ms", "outage_first_call",
-                     "outage_calls", "quota_rps"):
+                     "outage_calls", "outage_ms", "quota_rps"):
             if name not in allowed and getattr(self, name) != defaults[name]:
                 raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
                                   f"remove it (that provider reads: {sorted(allowed)})",

@@ -26,9 +26,11 @@ silently accepted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from beam_agents._bridge import RunSync
@@ -37,6 +39,7 @@ from beam_agents.errors import (
     QuotaExhaustedError,
     RateLimitedError,
     StateCorruptError,
+    StructuredOutputError,
 )
 from beam_agents.metrics import MetricsSink
 from beam_agents.model._admission import (
@@ -55,10 +58,14 @@ from beam_agents.model._journal import (
     JournalEntry,
     journal_entry,
     journal_key,
+    request_summary,
 )
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._replay_cache import ReplayCache
+from beam_agents.model._send_gate import RequestHeldBack, armed
+from beam_agents.model._structured import ResponseShape, retry_message, shape_of
 from beam_agents.model._types import Message, ModelRequest, ModelResponse
+from beam_agents.tracing import NOOP_SPAN, NOOP_TRACER, ActivationTrace, CallTrace
 
 __all__ = ["METRICS_NAMESPACE", "ModelFacade"]
 
@@ -102,6 +109,8 @@ class ModelFacade:
         waits: Where the time this activation's calls wait for admission is
             kept, which the activation timeout leaves out.
         budget: The entity's token budget, or None for no cap (invariant 12).
+        trace: The activation's span; each call is a ``chat`` child of it, a
+            replayed one marked so (`beam_agents.tracing`). None: no spans.
     """
 
     def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
@@ -110,7 +119,8 @@ class ModelFacade:
                  journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
                  journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS, event_digest: bytes = b"",
                  admission: ProviderAdmission | None = None, waits: WaitLedger | None = None,
-                 budget: TokenBudget | None = None) -> None:
+                 budget: TokenBudget | None = None,
+                 trace: ActivationTrace | None = None) -> None:
         if not isinstance(entity_key, bytes):
             raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
         self._cache = cache
@@ -129,8 +139,43 @@ class ModelFacade:
             model_id=provider.model_id)
         self._waits = waits
         self._budget = budget
+        self._trace = trace if trace is not None else ActivationTrace(
+            NOOP_TRACER, NOOP_SPAN, provider="", model_id=provider.model_id)
         self._divergence_logged = False
         self._key_locks: dict[str, asyncio.Lock] = {}
+        self._tool_loop: Callable[..., Awaitable[Any]] | None = None
+
+    def use_tools(self, loop: Callable[..., Awaitable[Any]]) -> None:
+        """Give `run_tools` the activation's tool loop (``ctx.tools``), which records each call."""
+        self._tool_loop = loop
+
+    async def arun_tools(self, messages: Sequence[Message], *,
+                         tools: Sequence[str] | None = None, max_steps: int = 8,
+                         **sampling: Any) -> Any:
+        """Ask, run the tools the model asks for, feed their results back, until it answers.
+
+        Each model turn is a recorded call and each tool call a recorded one
+        (invariants 9 and 13), so a retried activation replays the whole loop.
+
+        Args:
+            messages: The conversation so far.
+            tools: Names of the agent's tools to offer; all of them by default.
+            max_steps: The most model turns; past it, `ToolLoopError`.
+            **sampling: As for `acomplete`.
+
+        Returns:
+            A ``ToolLoopResult``: ``.answer``, ``.text``, ``.messages``, ``.steps``.
+        """
+        if self._tool_loop is None:
+            raise RuntimeError("run_tools needs an activation's tools (ctx.model in an agent)")
+        return await self._tool_loop(self, messages, tools=tools, max_steps=max_steps,
+                                     **sampling)
+
+    def run_tools(self, messages: Sequence[Message], *, tools: Sequence[str] | None = None,
+                  max_steps: int = 8, **sampling: Any) -> Any:
+        """Do what `arun_tools` does, for synchronous agents."""
+        coroutine = self.arun_tools(messages, tools=tools, max_steps=max_steps, **sampling)
+        return asyncio.run(coroutine) if self._run_sync is None else self._run_sync(coroutine)
 
     @property
     def model_id(self) -> str:
@@ -139,6 +184,7 @@ class ModelFacade:
 
     async def acomplete(self, messages: Sequence[Message], *,
                         tools: Sequence[Mapping[str, Any]] | None = None,
+                        response_schema: Any = None, schema_attempts: int = 3,
                         **sampling: Any) -> ModelResponse:
         """Answer `messages`, from the replay cache when this activation already asked.
 
@@ -146,6 +192,11 @@ class ModelFacade:
             messages: OpenAI-style ``{"role": ..., "content": ...}`` mappings.
             tools: Function specs, OpenAI form (``{"type": "function",
                 "function": {...}}``) or bare (``{"name": ..., "parameters": ...}``).
+            response_schema: A JSON schema (a dict) or a pydantic model class
+                the answer must match; the response's ``parsed`` holds it checked.
+                An answer that does not match is asked again with the errors.
+            schema_attempts: How many answers to ask for, at most, before
+                `StructuredOutputError`.
             **sampling: ``temperature``, ``top_p``, ``top_k``, ``max_tokens``,
                 ``stop``, ``seed``, ``presence_penalty``, ``frequency_penalty``.
 
@@ -159,10 +210,44 @@ class ModelFacade:
             ProviderRejected: The provider refused the request.
             StateCorruptError: The cached response for this call does not decode.
         """
-        request = ModelRequest(model_id=self._provider.model_id, messages=messages,
-                               tools=() if tools is None else tools, sampling=sampling)
+        if response_schema is not None:
+            return await self._structured(messages, tools, shape_of(response_schema),
+                                          schema_attempts, sampling)
+        return await self._ask(ModelRequest(model_id=self._provider.model_id, messages=messages,
+                                            tools=() if tools is None else tools,
+                                            sampling=sampling))
+
+    async def _structured(self, messages: Sequence[Message],
+                          tools: Sequence[Mapping[str, Any]] | None, shape: ResponseShape,
+                          attempts: int, sampling: Mapping[str, Any]) -> ModelResponse:
+        """Ask until an answer matches `shape`, telling the model what was wrong each time."""
+        conversation = list(messages)
+        errors = ""
+        for _ in range(max(1, attempts)):
+            response = await self._ask(ModelRequest(
+                model_id=self._provider.model_id, messages=conversation,
+                tools=() if tools is None else tools, sampling=sampling,
+                response_schema=shape.schema))
+            if response.tool_calls:
+                return response  # the model wants a tool first; the answer comes later
+            value, problem = shape.check(response.text)
+            if problem is None:
+                return dataclasses.replace(response, parsed=value)
+            errors = problem
+            self._inc("schema_retries")
+            conversation += [{"role": "assistant", "content": response.text},
+                             retry_message(problem)]
+        raise StructuredOutputError(
+            f"{self._provider.model_id} answered {attempts} times without matching the "
+            f"response schema; the last answer's problems: {errors}",
+            model_id=self._provider.model_id, attempts=attempts, errors=errors)
+
+    async def _ask(self, request: ModelRequest) -> ModelResponse:
+        """One model call of this activation: replayed if asked before, else paid once."""
+        shaped = ({} if request.response_schema is None
+                  else {"response_schema": request.response_schema})
         key = compute_cache_key(request.model_id, list(request.messages), list(request.tools),
-                                dict(request.sampling), self._entity_key, self._seq)
+                                {**request.sampling, **shaped}, self._entity_key, self._seq)
         # Identical requests awaited concurrently (asyncio.gather) queue on one
         # lock, so the second finds the first's response staged and replays
         # it, exactly as it would sequentially.
@@ -175,6 +260,7 @@ class ModelFacade:
             self._inc("cache_hits")
             cached = _decoded(entry.response, f"llm_cache entry {key}", cell="llm_cache")
             self._inc("tokens_replayed", cached.tokens_in + cached.tokens_out)
+            self._trace.replayed(request, cached, source="cache", cache_key=key)
             return cached
         journaled = self._journaled.get(journal_key(key, self._event_digest))
         if journaled is not None and not journaled.digest_only:
@@ -186,6 +272,7 @@ class ModelFacade:
             replayed = _decoded(journaled.response, f"journal entry {key}", cell="call_journal")
             tokens = replayed.tokens_in + replayed.tokens_out
             self._inc("tokens_replayed", tokens)
+            self._trace.replayed(request, replayed, source="journal", cache_key=key)
             if self._budget is not None:
                 # Its charge was lost with the commit the journal outlived
                 # (invariant 12): charged again, it leaves the budget as a run
@@ -193,14 +280,22 @@ class ModelFacade:
                 self._budget.charge(tokens)
             return replayed
         self._inc("cache_misses" if entry is None else "digest_only_hits")
-        response = await self._call_provider(request)
+        call = self._trace.call(request, cache_key=key)
+        started = asyncio.get_running_loop().time()
+        try:
+            response = await self._call_provider(request, call)
+        except BaseException as exc:
+            call.end(error_type=type(exc).__name__,
+                     duration_s=asyncio.get_running_loop().time() - started)
+            raise
+        call.end(response, duration_s=asyncio.get_running_loop().time() - started)
         paid = response.tokens_in + response.tokens_out
         data = response.to_bytes()
         # What an earlier attempt was answered, when only its digest was kept.
         recorded = entry.digest if entry is not None else (
             journaled.sha256 if journaled is not None else None)
         if self._journal is not None and journaled is None:
-            stored = await self._write_journal(key, data)
+            stored = await self._write_journal(key, data, request)
             if stored is not None:
                 # Another attempt journaled this call first: its answer is the
                 # record, and a full one is what this attempt replays too.
@@ -224,19 +319,22 @@ class ModelFacade:
             self._budget.charge(paid)
         return response
 
-    async def _write_journal(self, key: str, data: bytes) -> JournalEntry | None:
+    async def _write_journal(self, key: str, data: bytes,
+                             request: ModelRequest) -> JournalEntry | None:
         """Journal a fresh response before the agent sees it; the entry that stands, if not ours."""
         assert self._journal is not None
         fresh = journal_entry(cache_key=journal_key(key, self._event_digest),
                               entity_key=self._entity_key, seq=self._seq,
                               response=data, now_ms=self._now_ms, ttl_ms=self._journal_ttl_ms,
-                              max_response_bytes=MAX_JOURNAL_RESPONSE_BYTES)
+                              max_response_bytes=MAX_JOURNAL_RESPONSE_BYTES,
+                              request=request_summary(request))
         self._inc("journal_writes")
         written = await self._journal.write(fresh)
         return None if written.won else written.stored
 
     def complete(self, messages: Sequence[Message], *,
                  tools: Sequence[Mapping[str, Any]] | None = None,
+                 response_schema: Any = None, schema_attempts: int = 3,
                  **sampling: Any) -> ModelResponse:
         """Do what `acomplete` does, for synchronous agents.
 
@@ -256,9 +354,10 @@ class ModelFacade:
                     "ctx.model.complete() was called inside a running event loop; an async "
                     "agent must use `await ctx.model.acomplete(...)` instead"
                 ) from None
-        return run_sync(self.acomplete(messages, tools=tools, **sampling))
+        return run_sync(self.acomplete(messages, tools=tools, response_schema=response_schema,
+                                       schema_attempts=schema_attempts, **sampling))
 
-    async def _call_provider(self, request: ModelRequest) -> ModelResponse:
+    async def _call_provider(self, request: ModelRequest, call: CallTrace) -> ModelResponse:
         """Pay for `request` once: budget, admission, breaker, then one provider attempt at a time.
 
         A 429 is answered by waiting for admission again, which the 429 has
@@ -269,16 +368,21 @@ class ModelFacade:
         if self._budget is not None:
             self._budget.check(tokens)
         while True:
+            asked = asyncio.get_running_loop().time()
             try:
                 ticket = await self._admission.admit(tokens, self._waits)
             except QuotaExhaustedError:
                 self._inc("quota_held")
                 raise
-            response = await self._attempt(request, ticket)
+            waited = asyncio.get_running_loop().time() - asked
+            if waited > 0.001:
+                call.waited(waited)
+            response = await self._attempt(request, ticket, call)
             if response is not None:
                 return response
 
-    async def _attempt(self, request: ModelRequest, ticket: Ticket) -> ModelResponse | None:
+    async def _attempt(self, request: ModelRequest, ticket: Ticket,
+                       call: CallTrace) -> ModelResponse | None:
         """One admitted attempt; None when the provider rate-limited it and it must ask again."""
         admission, now = self._admission, asyncio.get_running_loop().time
         try:
@@ -287,13 +391,21 @@ class ModelFacade:
             admission.released(ticket)
             self._inc("breaker_rejections")
             raise
-        self._inc("provider_calls")
         try:
-            response = await self._provider.complete(request)
+            response = await self._send(request, ticket)
+        except RequestHeldBack:
+            # A 429 was read after this call was admitted: it was never sent,
+            # and waits for admission again (invariant 11).
+            admission.held_back(ticket)
+            self._breaker.record_inconclusive()
+            self._inc("held_back")
+            call.held_back()
+            return None
         except RateLimitedError as exc:
             # Flow control, not failure (invariant 11): the breaker hears
             # nothing, and the call waits out the pause and asks again.
             self._inc("rate_limited")
+            call.rate_limited(exc.retry_after_s)
             self._breaker.record_inconclusive()
             admission.rate_limited(ticket, exc.retry_after_s, now=now())
             return None
@@ -326,6 +438,27 @@ class ModelFacade:
         self._inc("tokens_in", response.tokens_in)
         self._inc("tokens_out", response.tokens_out)
         return response
+
+    async def _send(self, request: ModelRequest, ticket: Ticket) -> ModelResponse:
+        """One provider attempt, stopped before it is sent if a pause began since admission.
+
+        The facade looks itself, for providers that do not say when they
+        write; the HTTP providers look again at their first write (`armed`).
+        Every attempt that may have reached the provider counts as
+        ``provider_calls``; one held back does not.
+        """
+        check = partial(self._admission.check_send, ticket)
+        check()
+        sent = True
+        try:
+            with armed(check):
+                return await self._provider.complete(request)
+        except RequestHeldBack:
+            sent = False
+            raise
+        finally:
+            if sent:
+                self._inc("provider_calls")
 
     def _report_divergence(self, key: str, stored_hex: str, fresh: bytes) -> None:
         self._inc("replay_divergence")

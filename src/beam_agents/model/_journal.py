@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_JOURNAL_TTL_MS", "MAX_JOURNAL_RESPONSE_BYTES", "CallJournal",
-           "CallJournalConfig", "InMemoryCallJournal", "JournalEntry", "JournalWrite",
-           "journal_entry"]
+from beam_agents._canonical import canonical_json
+from beam_agents.model._types import ModelRequest, tool_function
+
+__all__ = ["DEFAULT_JOURNAL_TTL_MS", "MAX_JOURNAL_RESPONSE_BYTES", "MAX_REQUEST_SUMMARY_BYTES",
+           "CallJournal", "CallJournalConfig", "InMemoryCallJournal", "JournalEntry",
+           "JournalWrite", "LearnedRateRecord", "journal_entry", "request_summary"]
 
 #: Largest response journaled in full; a larger one is journaled digest-only,
 #: which keeps every entry inside Firestore's 1 MiB document limit.
@@ -51,6 +54,10 @@ class JournalEntry:
         digest_only: Whether the response was too large to keep.
         created_at_ms: The activation's event time (never a wall clock, invariant 2).
         expire_at_ms: When a backend may delete the entry (its TTL).
+        request: What shaped the call besides the conversation, as canonical JSON
+            (`request_summary`: model id, sampling, tool names), so a replay
+            can name a setting that differs and a person can read the entry;
+            empty for a tool call's record and for entries of earlier versions.
     """
 
     cache_key: str
@@ -61,6 +68,7 @@ class JournalEntry:
     digest_only: bool
     created_at_ms: int
     expire_at_ms: int
+    request: str = ""
 
     def __post_init__(self) -> None:
         if len(self.sha256) != 32:
@@ -85,13 +93,54 @@ def journal_key(cache_key: str, event_digest: bytes) -> str:
 
 
 def journal_entry(*, cache_key: str, entity_key: bytes, seq: int, response: bytes,
-                  now_ms: int, ttl_ms: int, max_response_bytes: int) -> JournalEntry:
+                  now_ms: int, ttl_ms: int, max_response_bytes: int,
+                  request: str = "") -> JournalEntry:
     """The entry for a fresh response; digest-only when it exceeds `max_response_bytes`."""
     keep = len(response) <= max_response_bytes
     return JournalEntry(cache_key=cache_key, entity_key=entity_key, seq=seq,
                         response=response if keep else b"",
                         sha256=hashlib.sha256(response).digest(), digest_only=not keep,
-                        created_at_ms=now_ms, expire_at_ms=now_ms + ttl_ms)
+                        created_at_ms=now_ms, expire_at_ms=now_ms + ttl_ms, request=request)
+
+
+#: The longest `request_summary` kept; a longer one (huge sampling values) is cut.
+MAX_REQUEST_SUMMARY_BYTES = 2048
+
+
+def request_summary(request: ModelRequest) -> str:
+    """What shaped a call besides its messages: model id, sampling, the tools' names.
+
+    Canonical JSON, so equal settings read equal; cut to
+    `MAX_REQUEST_SUMMARY_BYTES`, so it never threatens a backend's row limit.
+    """
+    tools = sorted(str(tool_function(tool).get("name", "")) for tool in request.tools)
+    text = canonical_json({"model_id": request.model_id, "sampling": dict(request.sampling),
+                           "tools": tools}).decode()
+    return text if len(text.encode()) <= MAX_REQUEST_SUMMARY_BYTES else text[
+        :MAX_REQUEST_SUMMARY_BYTES // 4]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LearnedRateRecord:
+    """The share of a provider account's quota one worker learned, kept for the next run.
+
+    Attributes:
+        account: Which provider account and model (a digest: never a key).
+        worker: Which worker learned it (one row per worker, rewritten).
+        rate_rps: The requests per second it settled on under the quota.
+        updated_ms: When it was written (the worker's wall clock).
+    """
+
+    account: str
+    worker: str
+    rate_rps: float
+    updated_ms: int
+
+    def __post_init__(self) -> None:
+        if not self.account or not self.worker:
+            raise ValueError("LearnedRateRecord.account and .worker must be non-empty")
+        if not (self.rate_rps > 0 and self.rate_rps < float("inf")):
+            raise ValueError(f"LearnedRateRecord.rate_rps must be positive, got {self.rate_rps}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +173,10 @@ class CallJournal(Protocol):
       translate their SDK errors.
     * **Lifecycle.** Built from a picklable config in ``setup()``/``open()``;
       whoever opened it closes it.
+    * **Learned rates.** Beside the calls, a journal keeps each worker's
+      learned share of a provider account's quota (`LearnedRateRecord`), one
+      row per ``(account, worker)``, last write wins: the next run starts
+      from it instead of learning the quota again (invariant 11).
     """
 
     async def read(self, entity_key: bytes, seq: int) -> Mapping[str, JournalEntry]:
@@ -132,6 +185,14 @@ class CallJournal(Protocol):
 
     async def write(self, entry: JournalEntry) -> JournalWrite:
         """Record `entry` unless its key is present; say which entry stands."""
+        ...
+
+    async def read_rates(self, account: str) -> Sequence[LearnedRateRecord]:
+        """Every worker's learned rate for `account`."""
+        ...
+
+    async def write_rate(self, record: LearnedRateRecord) -> None:
+        """Keep `record`, replacing the row of its ``(account, worker)``."""
         ...
 
     async def close(self) -> None:
@@ -158,6 +219,7 @@ class InMemoryCallJournal:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, JournalEntry] = {}
+        self._rates: dict[tuple[str, str], LearnedRateRecord] = {}
         self.reads = 0
         self.writes = 0
 
@@ -175,6 +237,17 @@ class InMemoryCallJournal:
             won = entry.cache_key not in self._entries
             stored = self._entries.setdefault(entry.cache_key, entry)
             return JournalWrite(won=won, stored=stored)
+
+    async def read_rates(self, account: str) -> Sequence[LearnedRateRecord]:
+        """Every worker's learned rate for `account`."""
+        with self._lock:
+            return [record for (owner, _), record in sorted(self._rates.items())
+                    if owner == account]
+
+    async def write_rate(self, record: LearnedRateRecord) -> None:
+        """Last write wins, per ``(account, worker)``."""
+        with self._lock:
+            self._rates[(record.account, record.worker)] = record
 
     def entries(self) -> tuple[JournalEntry, ...]:
         """Every entry, by cache key."""

@@ -7,11 +7,12 @@ import an SDK or an HTTP client. The core sees `ModelRequest` in and
 
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol, runtime_checkable
 
 from beam_agents.model._types import ModelRequest, ModelResponse
 
-__all__ = ["ModelProvider"]
+__all__ = ["ModelProvider", "account_digest", "provider_account"]
 
 
 @runtime_checkable
@@ -37,6 +38,14 @@ class ModelProvider(Protocol):
       worker setup, never pickled itself.
     * **Concurrency.** `complete` may be awaited concurrently from one event
       loop.
+    * **The last look.** A provider that can, calls
+      `beam_agents.model.check_before_send` right before a request's first
+      byte leaves, and lets what it raises propagate: nothing is sent after
+      a 429 was read and before its Retry-After (invariant 11).
+    * **Its account.** A provider may name the quota it draws on with an
+      ``account`` attribute (a digest of the endpoint, the key and the model,
+      never the key itself); learned rates are kept per account. Without
+      one, `provider_account` uses the model id.
 
     Attributes:
         model_id: The model this provider calls. It is part of the replay
@@ -60,3 +69,15 @@ class ModelProvider(Protocol):
     async def aclose(self) -> None:
         """Release the client and its connections; safe to call twice."""
         ...
+
+
+def account_digest(*parts: str | None) -> str:
+    """Name an account by a digest of what identifies it (an endpoint, a key, a model)."""
+    joined = "\0".join(part or "" for part in parts)
+    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
+def provider_account(provider: ModelProvider) -> str:
+    """The quota `provider` draws on: its ``account``, else its model id."""
+    account = getattr(provider, "account", None)
+    return account if isinstance(account, str) and account else f"model:{provider.model_id}"

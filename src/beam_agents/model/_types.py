@@ -146,6 +146,8 @@ class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]] = ()
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    #: A JSON schema the answer's text must match (structured output), or None.
+    response_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.messages, (str, bytes)) or not isinstance(self.messages, Sequence):
@@ -159,6 +161,11 @@ class ModelRequest:
         object.__setattr__(self, "messages", messages)
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "sampling", _validate_sampling(self.sampling))
+        if self.response_schema is not None:
+            if not isinstance(self.response_schema, Mapping):
+                raise TypeError("response_schema must be a JSON schema (a mapping)")
+            object.__setattr__(self, "response_schema",
+                               _plain_json(self.response_schema, "response_schema"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +203,9 @@ class RateLimits:
     reset_requests_s: float | None = None
     remaining_tokens: int | None = None
     reset_tokens_s: float | None = None
+    #: The account's limits, per minute (``x-ratelimit-limit-requests`` / ``-tokens``).
+    limit_requests: int | None = None
+    limit_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,6 +224,14 @@ class ModelResponse:
     usage: Mapping[str, int] = field(default_factory=dict)
     cached: bool = False
     limits: RateLimits | None = field(default=None, compare=False)
+    #: With a ``response_schema``: the answer parsed and checked against it (a
+    #: dict, or an instance of the pydantic model asked for). Not encoded.
+    parsed: Any = field(default=None, compare=False)
+    #: The provider's id for this answer (OpenAI's ``id``, Gemini's
+    #: ``responseId``), for ``gen_ai.response.id`` on the span of the paid
+    #: call. Not encoded, like `limits`: a replay is byte-identical to the
+    #: first answer and its span carries no id, as nothing was answered again.
+    response_id: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):

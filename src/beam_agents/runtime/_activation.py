@@ -32,8 +32,9 @@ import concurrent.futures
 import contextlib
 import hashlib
 import inspect
+import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,22 +47,32 @@ from beam_agents.metrics import MetricsSink, NoopMetrics
 from beam_agents.model import (
     BreakerRegistry,
     CallJournal,
+    CircuitBreaker,
+    JournalEntry,
     ModelFacade,
     ModelProvider,
     ProviderAdmission,
+    RateMemory,
     ReplayCache,
     TokenBudget,
     WaitLedger,
 )
+from beam_agents.runtime._agent import Agent
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext
 from beam_agents.runtime._errors import error_record, stage_of
+from beam_agents.runtime._tool_calls import ToolCalls
+from beam_agents.runtime._tools import Tool, ToolSource
 from beam_agents.runtime._versions import MemoryVersioning
+from beam_agents.runtime._waits import PendingWaits, WaitAnswer, WaitTimeout, timeout_event
+from beam_agents.tracing import NOOP_TRACER, TRACEPARENT, ActivationTrace, Tracer, provider_system
 
 __all__ = ["ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome"]
 
 T = TypeVar("T")
 NAMESPACE = "beam_agents.runtime"
+MEMORY_NAMESPACE = "beam_agents.memory"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +83,7 @@ class KeyedState:
     llm_cache: bytes | None = None
     seq: int = 0
     budget: bytes | None = None
+    waits: bytes | None = None
 
     def after(self, outcome: Committed) -> KeyedState:
         """The state the entity's next event runs from, once `outcome` is committed.
@@ -87,7 +99,8 @@ class KeyedState:
         return KeyedState(
             memory=self.memory if outcome.memory is None else outcome.memory,
             seq=outcome.seq,
-            budget=self.budget if outcome.budget is None else outcome.budget)
+            budget=self.budget if outcome.budget is None else outcome.budget,
+            waits=self.waits if outcome.waits is None else outcome.waits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +112,10 @@ class Committed:
     llm_cache: bytes | None
     intents: tuple[Intent, ...]
     budget: bytes | None = None
+    #: The waits cell's new bytes, when the activation recorded or consumed a wait.
+    waits: bytes | None = None
+    #: AgentEvent bytes of the timeouts of the waits it recorded, for the engine to queue.
+    timeouts: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +153,10 @@ class ActivationRuntime:
     It owns one event loop, running in a thread of its own, on which async
     agents, providers and stores run, and a pool of ``config.agent_threads``
     threads for sync agents, so that a sync agent can still be timed out and
-    can call ``ctx.model.complete`` while the loop serves the provider. Many
+    can call ``ctx.model.complete`` while the loop serves the provider. Sync
+    tools run on a pool of their own: a sync agent blocks its thread while its
+    tool runs, so a shared pool would deadlock once every thread held an agent
+    waiting for a tool. Many
     activations of different keys can run on it at once (`submit`); the
     `Scheduler` decides which. Clients (provider, store) are built by the host
     and handed in; the runtime closes them in `close`.
@@ -149,19 +169,33 @@ class ActivationRuntime:
         store: The long-term store, when ``config.longterm_memory`` is set.
         journal: The durable call journal, when ``config.call_journal`` is set.
         metrics: Where counters go.
+        rates: Where this worker's learned share of the provider's quota is
+            kept between runs (in the journal); None: learned afresh each run.
+        tools: Tools the agent may call besides those it declares.
+        tool_sources: Where more tools are listed, once, before the first
+            activation needs them (the agent's MCP servers); closed in `close`.
+        dry_tools: Run no tool: a call with no record raises
+            `ToolNotRecordedError` (``beam-agents replay``).
+        tracer: Where each activation's spans go (`beam_agents.tracing`);
+            None: nowhere. The runtime flushes it on `close`.
     """
 
     def __init__(self, config: AgentConfig, *, agent: Callable[..., Any],
                  provider: ModelProvider, clock: Callable[[], float],
                  store: BufferedLongtermStore | None = None,
                  journal: CallJournal | None = None,
-                 metrics: MetricsSink | None = None) -> None:
+                 metrics: MetricsSink | None = None, rates: RateMemory | None = None,
+                 tools: Sequence[Tool] = (), tool_sources: Sequence[ToolSource] = (),
+                 dry_tools: bool = False, tracer: Tracer | None = None) -> None:
         self._config = config
         self._agent = agent
-        self._versions = MemoryVersioning.of(agent, config.agent)
-        self._is_async = inspect.iscoroutinefunction(self._agent) or (
-            not inspect.isfunction(self._agent)
-            and inspect.iscoroutinefunction(type(self._agent).__call__))
+        self._versions = MemoryVersioning.of(agent, config.agent_name)
+        function = agent.function if isinstance(agent, Agent) else agent
+        self._is_async = inspect.iscoroutinefunction(function) or (
+            not inspect.isfunction(function)
+            and inspect.iscoroutinefunction(type(function).__call__))
+        # The tools it declares, and those its MCP servers listed when the worker started.
+        self._tools = (*(agent.tools if isinstance(agent, Agent) else ()), *tools)
         self._provider = provider
         self._store = store
         self._journal = journal
@@ -174,13 +208,22 @@ class ActivationRuntime:
         self._admission = ProviderAdmission(
             model_id=provider.model_id, max_rps=model.max_rps, max_tpm=model.max_tpm,
             probe_interval_s=config.retry.retry_max_ms / 1000)
+        self._rates = rates
+        self._tracer: Tracer = tracer if tracer is not None else NOOP_TRACER
+        self._recalled: asyncio.Future[None] | None = None
+        self._tool_sources = tuple(tool_sources)
+        self._dry_tools = dry_tools
+        self._listed: asyncio.Future[None] | None = None
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                              name="beam-agents-loop")
         self._loop_thread.start()
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.agent_threads, thread_name_prefix="beam-agents-agent")
+        self._tool_threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config.agent_threads, thread_name_prefix="beam-agents-tool")
         self._closed = False
+        self._superseded_warned = False
 
     @property
     def config(self) -> AgentConfig:
@@ -198,9 +241,19 @@ class ActivationRuntime:
         return self._clock
 
     @property
+    def tracer(self) -> Tracer:
+        """Where this runtime's spans go; hosts flush it at teardown (`Tracer.flush`)."""
+        return self._tracer
+
+    @property
     def admission(self) -> ProviderAdmission:
         """The provider's admission on this worker, shared by every activation."""
         return self._admission
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The provider's circuit breaker on this worker; it also gates activation starts."""
+        return self._breakers.get(self._provider.model_id, self._config.model.breaker)
 
     @property
     def store(self) -> BufferedLongtermStore | None:
@@ -253,6 +306,7 @@ class ActivationRuntime:
         cache: ReplayCache | None = None
         budget: TokenBudget | None = None
         waits = WaitLedger()
+        trace, traceparent = self._start_trace(event, seq, attempt)
 
         def failed(exc: BaseException, *, flushing: bool = False) -> Failed:
             stage = stage_of(exc, flushing=flushing)
@@ -270,10 +324,18 @@ class ActivationRuntime:
             paid = cache.to_bytes() if record.retriable and cache is not None and cache.dirty \
                 else None
             return Failed(error=record, llm_cache=paid, budget=_charged(budget),
-                          flow_control=isinstance(exc, QuotaExhaustedError | RateLimitedError))
+                          flow_control=self._end_trace(trace, record, exc, traceparent))
 
         handle = None
+        if self._rates is not None:
+            await self._recall_rate()
         try:
+            if self._tool_sources:
+                await self._list_tools()
+            pending = PendingWaits(state.waits, limit=self._config.max_pending_waits)
+            answer, timed_out = _waits_met(pending, event)
+            if event.wait_timed_out and timed_out is None:
+                return self._moot(trace, state)
             if self._store is not None:
                 handle = self._longterm_handle(event.entity_key, seq, now_ms)
             # One read per activation: every call its earlier attempts paid for
@@ -288,17 +350,12 @@ class ActivationRuntime:
                 budget = TokenBudget(state.budget, entity_key=event.entity_key, now_ms=now_ms,
                                      max_tokens=self._config.max_tokens_per_entity,
                                      window_ms=self._config.budget_window_ms)
-            model = ModelFacade(
-                cache=cache, provider=self._provider, metrics=self._metrics,
-                breaker=self._breakers.get(self._provider.model_id, self._config.model.breaker),
-                entity_key=event.entity_key, seq=seq, run_sync=self._bridge,
-                journal=self._journal, journaled=journaled, now_ms=now_ms,
-                journal_ttl_ms=self._config.call_journal_ttl_ms,
-                event_digest=hashlib.sha256(event.SerializeToString(deterministic=True)).digest()
-                if self._journal is not None else b"",
-                admission=self._admission, waits=waits, budget=budget)
-            ctx = AgentContext(event=event, seq=seq, memory=memory, model=model,
-                               max_intent_bytes=self._config.max_intent_bytes)
+            model, tools = self._recorded_calls(event, seq, cache, journaled=journaled,
+                                                budget=budget, waits=waits, trace=trace)
+            ctx = AgentContext(event=event, seq=seq, memory=memory, model=model, tools=tools,
+                               max_intent_bytes=self._config.max_intent_bytes,
+                               waits=pending, answer=answer, timed_out=timed_out,
+                               traceparent=traceparent)
             await self._run_agent(ctx, waits)
         except Exception as exc:  # every agent failure becomes a dead letter (invariant 8)
             self._count_waits(waits)
@@ -307,19 +364,148 @@ class ActivationRuntime:
             return failed(exc)
         self._count_waits(waits)
         if handle is not None:
-            try:
-                await handle.commit()
-            except Exception as exc:  # M22: a failed flush fails the activation closed
-                await _quietly(handle.abandon())
-                return failed(exc, flushing=True)
+            flush_error = await self._flush(handle, event.entity_key, seq)
+            if flush_error is not None:
+                return failed(flush_error, flushing=True)
         self._metrics.inc(NAMESPACE, "committed")
+        trace.end("committed", intents=len(ctx.intents))
+        await self._keep_rate()
         return Committed(
             seq=seq,
             memory=memory.to_bytes() if memory.dirty else None,
             llm_cache=cache.to_bytes() if cache.dirty else None,
             intents=ctx.intents,
             budget=_charged(budget),
+            waits=pending.to_bytes() if pending.dirty else None,
+            timeouts=tuple(timeout_event(event.entity_key, wait).SerializeToString(
+                deterministic=True) for wait in pending.added),
         )
+
+    async def _flush(self, handle: LongtermHandle, entity_key: bytes, seq: int
+                     ) -> Exception | None:
+        """Commit the long-term writes; the failure, if any, fails the activation closed (M22)."""
+        try:
+            receipt = await handle.commit()
+        except Exception as exc:
+            await _quietly(handle.abandon())
+            return exc
+        if receipt.superseded:
+            self._superseded(entity_key, seq, receipt.superseded)
+        return None
+
+    def _superseded(self, entity_key: bytes, seq: int, keys: Sequence[str]) -> None:
+        """Writes the seq guard refused: counted, the first entity named, warned once (invariant 5).
+
+        The store held a newer seq for them, which happens when this run's keyed
+        state is behind the store's (a batch run without ``--state_snapshot``,
+        a redrive of old dead letters): the activation committed, its rows did not.
+        """
+        self._metrics.inc(MEMORY_NAMESPACE, "longterm_writes_superseded", len(keys))
+        who = entity_key.decode("utf-8", "backslashreplace")
+        self._metrics.note(MEMORY_NAMESPACE, "longterm_superseded_first", f"{who} (seq {seq})")
+        if not self._superseded_warned:
+            self._superseded_warned = True
+            _log.warning(
+                "long-term write(s) %s of entity %r at seq %d were superseded: the store holds "
+                "a newer seq, so they were not written. This run's keyed state is behind the "
+                "store's; give the run --state_snapshot so each key continues its seq "
+                "(docs/operations.md, \"State between batch runs\"). Warned once per worker; "
+                "the summary counts them all.", ", ".join(keys[:3]), who, seq)
+
+    def _moot(self, trace: ActivationTrace, state: KeyedState) -> Committed:
+        """A timeout whose wait was answered first: nothing to run (invariant 14)."""
+        self._metrics.inc(NAMESPACE, "wait_timeouts_moot")
+        trace.end("committed")
+        return Committed(seq=state.seq, memory=None, llm_cache=None, intents=())
+
+    def _recorded_calls(self, event: AgentEvent, seq: int, cache: ReplayCache, *,
+                        journaled: Mapping[str, JournalEntry] | None,
+                        budget: TokenBudget | None, waits: WaitLedger,
+                        trace: ActivationTrace) -> tuple[ModelFacade, ToolCalls]:
+        """The activation's model and tools, both recorded in its cache and the journal."""
+        digest = (hashlib.sha256(event.SerializeToString(deterministic=True)).digest()
+                  if self._journal is not None else b"")
+        config, now_ms = self._config, event.event_time_ms
+        model = ModelFacade(
+            cache=cache, provider=self._provider, metrics=self._metrics, breaker=self.breaker,
+            entity_key=event.entity_key, seq=seq, run_sync=self._bridge,
+            journal=self._journal, journaled=journaled, now_ms=now_ms,
+            journal_ttl_ms=config.call_journal_ttl_ms, event_digest=digest,
+            admission=self._admission, waits=waits, budget=budget, trace=trace)
+        tools = ToolCalls(
+            tools=self._tools, cache=cache, journal=self._journal, journaled=journaled,
+            entity_key=event.entity_key, seq=seq, now_ms=now_ms,
+            journal_ttl_ms=config.call_journal_ttl_ms, event_digest=digest,
+            metrics=self._metrics, max_calls=config.max_tool_calls_per_activation,
+            run_sync=self._bridge, run_in_thread=self._in_thread, dry_run=self._dry_tools,
+            trace=trace)
+        model.use_tools(tools.run_loop)
+        return model, tools
+
+    def _in_thread(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        """Run a sync tool off the event loop, on the tool threads (never the agents')."""
+        return self._loop.run_in_executor(self._tool_threads, work)
+
+    async def _list_tools(self) -> None:
+        """Once per worker: the tools its sources list; a failure is retried by the next one."""
+        if self._listed is None or (self._listed.done() and self._listed.exception()):
+            self._listed = asyncio.ensure_future(self._add_listed_tools())
+        await asyncio.shield(self._listed)
+
+    async def _add_listed_tools(self) -> None:
+        listed = [tool for source in self._tool_sources for tool in await source.tools()]
+        self._tools = (*self._tools, *listed)
+
+    def _start_trace(self, event: AgentEvent, seq: int,
+                     attempt: int) -> tuple[ActivationTrace, str]:
+        """This attempt's ``invoke_agent`` span, and the context its outputs carry onward.
+
+        The span is a child of the producer's when the event carries its
+        ``traceparent``. Outputs carry the span's context or, with tracing
+        off, the producer's, passed through untouched.
+        """
+        parent = event.attributes.get(TRACEPARENT, "")
+        trace = ActivationTrace.start(
+            self._tracer, agent=self._config.agent_name, agent_version=self._versions.version,
+            provider=provider_system(self._config.model.provider), model_id=self._provider.model_id,
+            entity_key=event.entity_key, seq=seq, event_id=event.event_id, attempt=attempt,
+            parent=parent)
+        return trace, trace.traceparent or parent
+
+    def _end_trace(self, trace: ActivationTrace, record: ErrorRecord, exc: BaseException,
+                   traceparent: str) -> bool:
+        """End a failed attempt's span as the engine will apply it; whether it is flow control.
+
+        The outcome is `KeyedEngine`'s: flow control and a retriable failure
+        before the last attempt suspend, anything else is a dead letter.
+        """
+        record.traceparent = traceparent
+        flow_control = isinstance(exc, QuotaExhaustedError | RateLimitedError)
+        suspends = flow_control or (
+            record.retriable and not self._config.retry.gives_up_after(record.attempts))
+        trace.end("suspended" if suspends else "dead_lettered",
+                  stage=ErrorRecord.Stage.Name(record.stage), error_type=record.error_type,
+                  retriable=record.retriable)
+        return flow_control
+
+    async def _recall_rate(self) -> None:
+        """Before the worker's first call: start from the share its last run learned."""
+        if self._recalled is None:
+            self._recalled = asyncio.ensure_future(self._start_from_recalled())
+        await self._recalled
+
+    async def _start_from_recalled(self) -> None:
+        assert self._rates is not None
+        rate = await self._rates.recall()
+        if rate is not None and self._config.model.max_rps is None:
+            self._admission.start_from(rate)
+            self._metrics.inc(NAMESPACE, "rate_recalled")
+
+    async def _keep_rate(self, *, closing: bool = False) -> None:
+        """Now and then, and when the worker closes: keep the share it learned."""
+        rates = self._rates
+        if rates is not None and (closing or rates.due(self._clock())):
+            await rates.keep(self._admission.learned_rate, self._clock())
 
     async def _run_agent(self, ctx: AgentContext, waits: WaitLedger) -> None:
         if self._is_async:
@@ -376,15 +562,22 @@ class ActivationRuntime:
         if self._closed:
             return
         try:
+            # Tool sources first: their connections run tasks of their own on this
+            # loop, which must end through the SDK's own shutdown, not a cancel.
+            for source in self._tool_sources:
+                self.run(source.aclose())
             self.run(_cancel_running())  # activations nobody will apply any more
             self.run(self._provider.aclose())
             if self._store is not None:
                 self.run(self._store.close())
             if self._journal is not None:
+                self.run(self._keep_rate(closing=True))
                 self.run(self._journal.close())
         finally:
+            self._tracer.flush()
             self._closed = True
             self._threads.shutdown(wait=False, cancel_futures=True)
+            self._tool_threads.shutdown(wait=False, cancel_futures=True)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join()
             self._loop.close()
@@ -394,6 +587,23 @@ class ActivationRuntime:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _waits_met(pending: PendingWaits, event: AgentEvent
+               ) -> tuple[WaitAnswer | None, WaitTimeout | None]:
+    """What the event does to the entity's waits: answers one, or delivers its timeout."""
+    answer = timed_out = None
+    if event.answers:
+        taken = pending.take(event.answers)
+        answer = WaitAnswer(name=event.answers, payload=event.payload,
+                            request=taken.request if taken is not None else b"",
+                            late=taken is None)
+    if event.wait_timed_out:
+        taken = pending.take(event.wait_timed_out, deadline_ms=event.event_time_ms)
+        if taken is not None:
+            timed_out = WaitTimeout(name=taken.name, request=taken.request,
+                                    deadline_ms=taken.deadline_ms)
+    return answer, timed_out
 
 
 def _charged(budget: TokenBudget | None) -> bytes | None:

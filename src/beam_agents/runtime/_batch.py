@@ -6,7 +6,11 @@ processing-time timers. So the host keeps each key's cells in process and
 drives the same `KeyedEngine` itself: it offers a key's events, then pumps
 every active key whenever an activation finishes or a retry falls due. Order
 within a key is the engine's ``(event_time_ms, event_id)`` over the whole
-input, so shuffling the input changes nothing (invariant 10).
+input, so shuffling the input changes nothing (invariant 10). A key starts
+from the cells its host hands over (restored from a state snapshot, or
+fresh), and its host hears when it is done, to keep its cells for the next
+run (docs/operations.md, "State between batch runs"); then a wait whose deadline
+lies past the input's latest event time stays pending in those cells.
 """
 
 from __future__ import annotations
@@ -32,32 +36,51 @@ class KeyRuns:
     Args:
         engine: The engine (and through it the scheduler) to run on.
         clock_ms: The host's clock, for retry backoff.
+        on_done: Called with a key and its cells once its queue is empty and
+            nothing of it runs: what the key leaves for the next run.
     """
 
-    def __init__(self, engine: KeyedEngine, *, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, engine: KeyedEngine, *, clock_ms: Callable[[], int],
+                 on_done: Callable[[Hashable, KeyCells], None] | None = None) -> None:
         self._engine = engine
         self._clock_ms = clock_ms
+        self._on_done = on_done
         self._active: dict[Hashable, _Active] = {}
+        #: The input's latest event time when the run carries state on (a state
+        #: snapshot): a wait's timeout past it stays queued for the next run, as
+        #: the input has not reached its deadline. None: the input is all there
+        #: is, so every timeout runs (invariant 14).
+        self.waits_through_ms: int | None = None
 
     @property
     def active(self) -> int:
         """Keys added and not yet finished."""
         return len(self._active)
 
-    def add(self, key: Hashable, events: Iterable[bytes]) -> list[tuple[Channel, bytes]]:
+    def add(self, key: Hashable, events: Iterable[bytes], *,
+            cells: KeyCells | None = None) -> list[tuple[Channel, bytes]]:
         """Queue all of `key`'s events and start its first; returns lines produced so far.
+
+        Args:
+            key: The key.
+            events: Its AgentEvent bytes, in any order.
+            cells: Its state to start from; fresh cells by default.
 
         Raises:
             ValueError: `key` is still running from an earlier `add`.
         """
         if key in self._active:
             raise ValueError(f"key {key!r} was added twice; group its events first")
-        cells = KeyCells.in_process()
+        if cells is None:
+            cells = KeyCells.in_process()
         for event in events:
             self._engine.enqueue(key, cells, event, capped=False)
-        step = self._engine.pump(key, cells, self._clock_ms())
+        step = self._engine.pump(key, cells, self._clock_ms(),
+                                 waits_through_ms=self.waits_through_ms)
         if step.wake_at_ms is not None:
             self._active[key] = _Active(cells, step.wake_at_ms)
+        elif self._on_done is not None:
+            self._on_done(key, cells)
         return list(step.lines)
 
     def advance(self, *, block: bool) -> list[tuple[Channel, bytes]]:
@@ -72,10 +95,13 @@ class KeyRuns:
             for key, active in list(self._active.items()):
                 if not self._due(key, active, now):
                     continue
-                step = self._engine.pump(key, active.cells, now)
+                step = self._engine.pump(key, active.cells, now,
+                                         waits_through_ms=self.waits_through_ms)
                 lines.extend(step.lines)
                 if step.wake_at_ms is None:
                     del self._active[key]
+                    if self._on_done is not None:
+                        self._on_done(key, active.cells)
                 else:
                     active.wake_at_ms = step.wake_at_ms
             if lines or not block or not self._active:
@@ -87,7 +113,7 @@ class KeyRuns:
         """Whether pumping `key` can do anything: a finished run, or a start it may make."""
         if active.wake_at_ms <= now:
             return True
-        after = self._engine.next(key, active.cells, now)
+        after = self._engine.next(key, active.cells, now, waits_through_ms=self.waits_through_ms)
         if after.action == "running":
             running = self._engine.scheduler.running(key)
             return running is not None and running.future.done()

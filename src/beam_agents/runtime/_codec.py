@@ -12,7 +12,11 @@ Input lines look like::
      "payload": {"text": "hi"}, "attributes": {"channel": "web"}}
 
 ``payload`` may be a string (taken as UTF-8) or any JSON value (encoded
-canonically); ``payload_b64`` and ``entity_key_b64`` carry raw bytes.
+canonically); ``payload_b64`` and ``entity_key_b64`` carry raw bytes. A
+``"traceparent"`` (W3C trace context) makes the activation a child of the
+producer's span; it travels as the event's ``traceparent`` attribute, where a
+Pub/Sub attribute or a Kafka header of that name puts it too (`with_traceparent`).
+Intents and error records carry the activation's ``traceparent`` onward.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
 from beam_agents.errors import EventDecodeError
+from beam_agents.tracing import TRACEPARENT
 
 __all__ = [
     "decode_event",
@@ -38,10 +43,15 @@ __all__ = [
     "error_to_json",
     "event_to_json",
     "intent_to_json",
+    "with_traceparent",
 ]
 
 _EVENT_FIELDS = {"entity_key", "entity_key_b64", "event_id", "event_time_ms", "payload",
-                 "payload_b64", "attributes"}
+                 "payload_b64", "attributes", "answers", "wait_timed_out",
+                 "traceparent"}
+
+#: Most a traceparent may take (W3C version 00 is 55 characters; later versions may add).
+_TRACEPARENT_MAX = 256
 
 
 def _put_bytes(out: dict[str, Any], name: str, value: bytes) -> None:
@@ -116,10 +126,25 @@ def decode_event_json(line: bytes | str) -> AgentEvent:
     if not isinstance(attributes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
         raise EventDecodeError("attributes must map strings to strings", field="attributes")
+    if TRACEPARENT in doc:
+        traceparent = doc[TRACEPARENT]
+        if not isinstance(traceparent, str) or len(traceparent) > _TRACEPARENT_MAX:
+            raise EventDecodeError(f"traceparent must be a string of at most {_TRACEPARENT_MAX} "
+                                   "characters (W3C trace context)", field=TRACEPARENT)
+        if attributes.get(TRACEPARENT, traceparent) != traceparent:
+            raise EventDecodeError("traceparent and attributes.traceparent differ; give one",
+                                   field=TRACEPARENT)
+        attributes = {**attributes, TRACEPARENT: traceparent}
     payload = _get_bytes(doc, "payload", required=False, error=EventDecodeError)
+    waits: dict[str, str] = {}
+    for name in ("answers", "wait_timed_out"):
+        value = doc.get(name, "")
+        if not isinstance(value, str):
+            raise EventDecodeError(f"{name} must be the name of a wait, a string", field=name)
+        waits[name] = value
     try:
         event = AgentEvent(entity_key=entity_key, event_id=event_id, event_time_ms=event_time,
-                           payload=payload, attributes=attributes)
+                           payload=payload, attributes=attributes, **waits)
     except ValueError as exc:  # an int64 overflow, or a lone surrogate in a string field
         raise EventDecodeError(f"input does not fit an AgentEvent: {exc}") from exc
     return _checked(event)
@@ -141,6 +166,24 @@ def decode_event(data: bytes, input_format: str) -> AgentEvent:
     return decode_event_json(data)
 
 
+def with_traceparent(event: AgentEvent, traceparent: str | bytes | None) -> AgentEvent:
+    """Put a transport's trace context (a Pub/Sub attribute, a Kafka header) on `event`.
+
+    One the event already carries (a JSON line's own field) wins; a value
+    that is not text of at most 256 characters is ignored, as W3C trace
+    context asks of a malformed header: the event still runs, untraced by it.
+    """
+    if isinstance(traceparent, bytes):
+        try:
+            traceparent = traceparent.decode("ascii")
+        except UnicodeDecodeError:
+            return event
+    if traceparent and len(traceparent) <= _TRACEPARENT_MAX \
+            and TRACEPARENT not in event.attributes:
+        event.attributes[TRACEPARENT] = traceparent
+    return event
+
+
 def _checked(event: AgentEvent) -> AgentEvent:
     if not event.entity_key:
         raise EventDecodeError("entity_key must be non-empty", field="entity_key")
@@ -153,16 +196,47 @@ def event_to_json(event: AgentEvent) -> bytes:
     """The JSON input line that decodes back to `event` (used to redrive dead letters)."""
     out: dict[str, Any] = {"event_id": event.event_id, "event_time_ms": event.event_time_ms}
     _put_bytes(out, "entity_key", event.entity_key)
-    _put_bytes(out, "payload", event.payload)
+    structured = _structured(event.payload)
+    if structured is not None:
+        out["payload"] = structured
+    else:
+        _put_bytes(out, "payload", event.payload)
     if event.attributes:
         out["attributes"] = dict(event.attributes)
+    if event.answers:
+        out["answers"] = event.answers
+    if event.wait_timed_out:
+        out["wait_timed_out"] = event.wait_timed_out
     return canonical_json(out)
+
+
+def _structured(payload: bytes) -> dict[str, Any] | list[Any] | None:
+    """The JSON object or array a payload was decoded from, when writing it back is lossless.
+
+    A line's object payload is kept as its canonical JSON bytes, so writing
+    those bytes back as an object decodes to the very same bytes; a text
+    payload that merely looks like JSON (spaces, other key order) stays text.
+    """
+    if payload[:1] not in (b"{", b"["):
+        return None
+    try:
+        value = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    try:
+        return value if canonical_json(value) == payload else None
+    except (ValueError, TypeError):
+        return None
 
 
 def intent_to_json(intent: Intent) -> bytes:
     """One intent as a canonical JSON line."""
     out: dict[str, Any] = {"seq": intent.seq, "index": intent.index, "kind": intent.kind,
                            "event_id": intent.event_id}
+    if intent.traceparent:
+        out[TRACEPARENT] = intent.traceparent
     _put_bytes(out, "entity_key", intent.entity_key)
     _put_bytes(out, "payload", intent.payload)
     return canonical_json(out)
@@ -184,6 +258,8 @@ def error_to_json(record: ErrorRecord) -> bytes:
         out["event_sha256"] = record.event_sha256.hex()
     if record.tokens_used:  # only in BUDGET records
         out["tokens_used"] = record.tokens_used
+    if record.traceparent:  # the failed attempt's trace context
+        out[TRACEPARENT] = record.traceparent
     _put_bytes(out, "entity_key", record.entity_key)
     _put_bytes(out, "event", record.event)
     return canonical_json(out)
@@ -207,6 +283,7 @@ def error_from_json(line: bytes | str) -> ErrorRecord:
             event_bytes=int(doc.get("event_bytes", 0)),
             event_sha256=bytes.fromhex(doc.get("event_sha256", "")),
             tokens_used=int(doc.get("tokens_used", 0)),
+            traceparent=str(doc.get(TRACEPARENT, "")),
             entity_key=_get_bytes(doc, "entity_key", required=False, error=EventDecodeError),
             event=_get_bytes(doc, "event", required=False, error=EventDecodeError),
         )

@@ -8,7 +8,9 @@ clients. The library never reads environment variables.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
@@ -20,6 +22,7 @@ from beam_agents.model import (
     ModelConfig,
 )
 from beam_agents.runtime._retry import RetryPolicy
+from beam_agents.tracing import TracingConfig
 
 __all__ = ["MAX_EVENT_BYTES", "AgentConfig"]
 
@@ -33,8 +36,10 @@ class AgentConfig:
     """Which agent runs, against which model and stores, within which limits.
 
     Attributes:
-        agent: ``"package.module:callable"``; the callable takes an
-            `AgentContext` and may be sync or async.
+        agent: The agent: a callable taking an `AgentContext`, sync or async,
+            or the ``"package.module:callable"`` that names one. A pipeline
+            pickles its config onto the workers, so give it the string (or a
+            module-level function); a test may pass any callable.
         model: The model provider configuration.
         compactor: Frees working memory at the caps (seed 000); picklable.
             None means warn and reject at the caps without compacting.
@@ -72,9 +77,18 @@ class AgentConfig:
         budget_window_ms: The budget window, in event time
             (``--budget_window_ms``), in [60 000, 31 536 000 000]; a day by
             default. Windows are aligned to multiples of it.
+        max_tool_calls_per_activation: Tool calls one activation may make,
+            the tool loop's included (``--max_tool_calls_per_activation``), in
+            [1, 10 000]; 32 by default. The next one fails the activation with
+            stage TOOL, before the tool runs.
+        max_pending_waits: Waits for an answer one entity may have pending
+            (``--max_pending_waits``), in [1, 1 000]; 16 by default. The next
+            one fails the activation with stage WAIT (invariants 4 and 14).
+        tracing: Where spans and GenAI metrics are exported
+            (``--otel_exporter_otlp_endpoint``); None, the default: tracing off.
     """
 
-    agent: str
+    agent: str | Callable[..., Any]
     model: ModelConfig = field(default_factory=ModelConfig)
     compactor: Compactor | None = field(default_factory=LruCompactor)
     timeout_ms: int = 60_000
@@ -90,13 +104,19 @@ class AgentConfig:
     call_journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS
     max_tokens_per_entity: int | None = None
     budget_window_ms: int = DEFAULT_BUDGET_WINDOW_MS
+    max_tool_calls_per_activation: int = 32
+    max_pending_waits: int = 16
+    tracing: TracingConfig | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.agent, str) or ":" not in self.agent:
-            raise ConfigError(
-                f"AgentConfig.agent must look like 'package.module:callable', got {self.agent!r}",
-                field="AgentConfig.agent",
-            )
+        if isinstance(self.agent, str):
+            if ":" not in self.agent:
+                raise ConfigError(f"AgentConfig.agent must look like 'package.module:callable', "
+                                  f"got {self.agent!r}", field="AgentConfig.agent")
+        elif not callable(self.agent):
+            raise ConfigError(f"AgentConfig.agent must be a callable taking an AgentContext, or "
+                              f"'package.module:callable', got {self.agent!r}",
+                              field="AgentConfig.agent")
         if not isinstance(self.model, ModelConfig):
             raise ConfigError("AgentConfig.model must be a ModelConfig", field="AgentConfig.model")
         if self.compactor is not None and not isinstance(self.compactor, Compactor):
@@ -113,7 +133,10 @@ class AgentConfig:
                                       ("call_journal_ttl_ms", "call_journal_ttl_ms", 60_000,
                                        31_536_000_000),
                                       ("budget_window_ms", "budget_window_ms", 60_000,
-                                       31_536_000_000)):
+                                       31_536_000_000),
+                                      ("max_tool_calls_per_activation",
+                                       "max_tool_calls_per_activation", 1, 10_000),
+                                      ("max_pending_waits", "max_pending_waits", 1, 1_000)):
             require_int(getattr(self, name), low=low, high=high, field=f"AgentConfig.{name}",
                         name=f"AgentConfig.{name}" + (f" (--{flag})" if flag else ""))
         if self.max_tokens_per_entity is not None:
@@ -124,9 +147,27 @@ class AgentConfig:
                                                                     None)):
             raise ConfigError("AgentConfig.call_journal must be a journal config with open(), "
                               "e.g. SqliteCallJournalConfig", field="AgentConfig.call_journal")
+        if self.tracing is not None and not isinstance(self.tracing, TracingConfig):
+            raise ConfigError("AgentConfig.tracing must be a TracingConfig or None",
+                              field="AgentConfig.tracing")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError("AgentConfig.retry must be a RetryPolicy", field="AgentConfig.retry")
         if self.longterm_memory is not None and not callable(
                 getattr(self.longterm_memory, "open", None)):
             raise ConfigError("AgentConfig.longterm_memory must be a store config with open(), "
                               "e.g. SqliteLongtermConfig", field="AgentConfig.longterm_memory")
+
+    @property
+    def agent_name(self) -> str:
+        """The agent as ``"package.module:callable"``: the string given, or the callable's own."""
+        return _agent_name(self.agent)
+
+
+def _agent_name(agent: str | Callable[..., Any]) -> str:
+    """``"package.module:callable"`` for an agent given as that string or as the callable."""
+    if isinstance(agent, str):
+        return agent
+    function = getattr(agent, "function", agent)  # an `Agent` wraps its function
+    module = getattr(function, "__module__", None) or "?"
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}:{name}"

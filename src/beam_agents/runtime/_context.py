@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from beam_agents._proto.event_pb2 import AgentEvent
     from beam_agents.memory import Memory
     from beam_agents.model import ModelFacade
+    from beam_agents.runtime._tool_calls import ToolCalls
+    from beam_agents.runtime._waits import PendingWaits, WaitAnswer, WaitTimeout
 
 __all__ = ["AgentContext", "encode_payload"]
 
@@ -46,21 +48,35 @@ class AgentContext:
         seq: This activation's number; committed seqs grow by one (invariant 6).
         now_ms: The event time, the only clock an agent should use (invariant 2).
         memory: Working memory; ``memory.longterm`` reaches the long-term store.
-        model: The replay-cached model facade.
+        model: The replay-cached model facade; ``model.run_tools`` runs a tool loop.
+        tools: The agent's tools, each call recorded and never run twice
+            (``tools.call(name, args)``, ``await tools.acall(...)``).
+        answer: When this event answers a wait the agent recorded (its
+            ``answers`` field names it): the answer, with the request.
+        timed_out: When this activation delivers a wait's timeout: which one.
     """
 
-    __slots__ = ("_intents", "_max_intent_bytes", "entity_key", "event", "memory", "model",
-                 "now_ms", "seq")
+    __slots__ = ("_intents", "_max_intent_bytes", "_traceparent", "_waits", "answer",
+                 "entity_key", "event", "memory", "model", "now_ms", "seq", "timed_out", "tools")
 
     def __init__(self, *, event: AgentEvent, seq: int, memory: Memory, model: ModelFacade,
-                 max_intent_bytes: int) -> None:
+                 max_intent_bytes: int, tools: ToolCalls | None = None,
+                 waits: PendingWaits | None = None, answer: WaitAnswer | None = None,
+                 timed_out: WaitTimeout | None = None, traceparent: str = "") -> None:
         self.event = event
         self.entity_key: bytes = event.entity_key
         self.seq = seq
         self.now_ms: int = event.event_time_ms
         self.memory = memory
         self.model = model
+        self.tools = tools
+        self.answer = answer
+        self.timed_out = timed_out
+        self._waits = waits
         self._max_intent_bytes = max_intent_bytes
+        # The activation's trace context: each intent carries it onward, so
+        # whatever acts on the intent joins the producer's trace.
+        self._traceparent = traceparent
         self._intents: list[Intent] = []
 
     @property
@@ -89,7 +105,38 @@ class AgentContext:
             raise IntentTooLargeError(kind=kind, size=len(data), limit=self._max_intent_bytes)
         self._intents.append(Intent(entity_key=self.entity_key, seq=self.seq,
                                     index=len(self._intents), kind=kind, payload=data,
-                                    event_id=self.event.event_id))
+                                    event_id=self.event.event_id,
+                                    traceparent=self._traceparent))
+
+    def wait_for(self, name: str, *, deadline_ms: int, request: object = b"") -> None:
+        """Wait for an answer named `name`, until `deadline_ms` (event time); never blocks.
+
+        The request goes out as a ``wait`` intent (``{"name", "deadline_ms",
+        "request"}``) for whoever answers; an input event whose ``answers`` is
+        `name` comes back as ``ctx.answer``, or, past the deadline, the
+        timeout as ``ctx.timed_out``. Both only if this activation commits.
+
+        Raises:
+            ValueError: The name is empty or the deadline is not an int.
+            WaitError: A wait of that name is pending, or the request is too large.
+            TooManyWaitsError: ``--max_pending_waits`` waits are pending.
+        """
+        if self._waits is None:
+            raise RuntimeError("wait_for needs an activation's waits (ctx in an agent)")
+        data = encode_payload(request)
+        self._waits.add(entity_key=self.entity_key, name=name, deadline_ms=deadline_ms,
+                        request=data, seq=self.seq)
+        body = {"name": name, "deadline_ms": deadline_ms}
+        try:
+            body["request"] = json.loads(data) if data else None
+        except ValueError:
+            body["request"] = data.decode("utf-8", "replace")
+        self.emit("wait", body)
+
+    @property
+    def pending_waits(self) -> tuple[str, ...]:
+        """The names of the entity's pending waits, as this activation leaves them."""
+        return () if self._waits is None else self._waits.names()
 
     @property
     def intents(self) -> tuple[Intent, ...]:

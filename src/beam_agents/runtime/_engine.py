@@ -53,7 +53,7 @@ POLL_MS = 20
 #: An empty replay cache: what a dead letter leaves of its suspended attempts' paid calls.
 _EMPTY_CACHE = ReplayCache(None, now_ms=0).to_bytes()
 
-#: The keyed-state cells of a key's queue, by name, besides the four of `CELLS`:
+#: The keyed-state cells of a key's queue, by name, besides the five of `CELLS`:
 #: the queued event bytes, the tombstones of those that left, the queue's
 #: fingerprint (see `EventQueue`), the attempts made on the head, and when it
 #: may retry. Bags: ``queue`` and ``dequeued``; the rest hold one value.
@@ -62,7 +62,7 @@ QUEUE_CELLS = ("queue", "dequeued", "queue_meta", "attempt", "retry_at_ms")
 
 @dataclass(frozen=True, slots=True)
 class KeyCells:
-    """One key's keyed state: the four activation cells and the queue's five (`QUEUE_CELLS`)."""
+    """One key's keyed state: the five activation cells and the queue's five (`QUEUE_CELLS`)."""
 
     state: StateCells
     queue: QueueCell
@@ -74,7 +74,8 @@ class KeyCells:
     @classmethod
     def in_process(cls) -> KeyCells:
         """Fresh cells held in this process: the batch path's keyed state, and the tests'."""
-        return cls(state=StateCells(ValueCell(), ValueCell(), ValueCell(), ValueCell()),
+        return cls(state=StateCells(ValueCell(), ValueCell(), ValueCell(), ValueCell(),
+                                    ValueCell()),
                    queue=BagCell(), dequeued=BagCell(), queue_meta=ValueCell(),
                    attempt=ValueCell(), retry_at_ms=ValueCell())
 
@@ -95,10 +96,13 @@ class Next:
     * ``"start"``: its head may start now;
     * ``"retry"``: its head is suspended until ``at_ms`` (processing time);
     * ``"no_slot"``: its head could start, but every slot of the runtime is taken;
+    * ``"breaker_open"``: its head could start, but the provider's circuit
+      breaker holds starts (invariant 11); `KeyedEngine.pump` counts that as
+      a failed attempt the activation never ran for;
     * ``"held"``: its head waits for the watermark to pass ``at_ms`` (its event time).
     """
 
-    action: Literal["idle", "running", "start", "retry", "no_slot", "held"]
+    action: Literal["idle", "running", "start", "retry", "no_slot", "breaker_open", "held"]
     at_ms: int | None = None
 
 
@@ -220,7 +224,7 @@ class KeyedEngine:
         return self._queue.length(key, cells.queued)
 
     def next(self, key: Hashable, cells: KeyCells, now_ms: int, *,
-             ready_through_ms: int | None = None) -> Next:
+             ready_through_ms: int | None = None, waits_through_ms: int | None = None) -> Next:
         """What `key` can do next: the one decision hosts, rounds and backpressure act on.
 
         Args:
@@ -230,6 +234,9 @@ class KeyedEngine:
             ready_through_ms: In event-time order on an unbounded input, the
                 latest event time that may run (the watermark, less the
                 allowed disorder); None: every queued event may.
+            waits_through_ms: In arrival order on an unbounded input, the
+                watermark: a wait's timeout still runs only once it has passed
+                the deadline (invariant 14). None: a bounded input.
         """
         if self._scheduler.running(key) is not None:
             return Next("running")
@@ -238,10 +245,22 @@ class KeyedEngine:
             return Next("idle")
         if ready_through_ms is not None and head_time > ready_through_ms:
             return Next("held", head_time)
+        if ready_through_ms is None and waits_through_ms is not None and \
+                head_time > waits_through_ms and self._is_timeout(key, cells):
+            return Next("held", head_time)
         retry_at: int = cells.retry_at_ms.read() or 0
         if now_ms < retry_at:
             return Next("retry", retry_at)
-        return Next("start") if self._scheduler.has_slot() else Next("no_slot")
+        if not self._scheduler.has_slot():
+            return Next("no_slot")
+        if self._scheduler.start_wait_s() is not None:
+            return Next("breaker_open")
+        return Next("start")
+
+    def _is_timeout(self, key: Hashable, cells: KeyCells) -> bool:
+        """Whether the key's head is a wait's timeout, which runs by event time in any order."""
+        head = self._queue.head(key, cells.queued)
+        return head is not None and bool(AgentEvent.FromString(head).wait_timed_out)
 
     def _refuse(self, cells: KeyCells, event: bytes, parsed: AgentEvent,
                 exc: BacklogFullError | LateEventError, stage: int) -> tuple[Channel, bytes]:
@@ -253,7 +272,7 @@ class KeyedEngine:
         return "errors", error_to_json(record)
 
     def pump(self, key: Hashable, cells: KeyCells, now_ms: int, *, wait_s: float = 0.0,
-             ready_through_ms: int | None = None) -> Step:
+             ready_through_ms: int | None = None, waits_through_ms: int | None = None) -> Step:
         """Apply the key's finished activation, if any, and start its next one, if it may.
 
         Args:
@@ -262,6 +281,7 @@ class KeyedEngine:
             now_ms: The host's processing time, for the retry schedule.
             wait_s: How long to wait for a running activation to finish.
             ready_through_ms: The latest event time that may start (see `next`).
+            waits_through_ms: The watermark, in arrival order (see `next`).
         """
         lines: list[tuple[Channel, bytes]] = []
         finished = self._scheduler.take(key, wait_s=wait_s)
@@ -271,7 +291,12 @@ class KeyedEngine:
                 lines.extend(self._apply(key, cells, running, outcome, now_ms))
             else:
                 self._metrics.inc(NAMESPACE, "stale_outcomes")
-        after = self.next(key, cells, now_ms, ready_through_ms=ready_through_ms)
+        after = self.next(key, cells, now_ms, ready_through_ms=ready_through_ms,
+                          waits_through_ms=waits_through_ms)
+        while after.action == "breaker_open":
+            lines.extend(self._hold(key, cells, now_ms))
+            after = self.next(key, cells, now_ms, ready_through_ms=ready_through_ms,
+                              waits_through_ms=waits_through_ms)
         if after.action == "start":
             head = self._queue.head(key, cells.queued)
             assert head is not None
@@ -341,7 +366,7 @@ class KeyedEngine:
             if after.action == "no_slot":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
                 continue
-            if after.action == "retry":
+            if after.action in ("retry", "breaker_open"):
                 rest = self.drain(key, cells, clock_ms=clock_ms)
                 return Step((*lines, *rest.lines), rest.wake_at_ms)
             return Step(tuple(lines), step.wake_at_ms)
@@ -353,12 +378,13 @@ class KeyedEngine:
         The caller (and with it the input) waits while the key has more than
         `max_ahead` events queued, its running one included, or while its next
         event waits for a slot; never for a suspended key's backoff, so the
-        other keys go on (invariant 10; docs/design.md, "Bounded backlogs").
+        other keys go on (invariant 10; docs/design.md, "Bounded backlogs"), nor
+        for an open breaker, which a timer waits out as it does a backoff.
         """
         lines = list(step.lines)
         while step.wake_at_ms is not None:
             after = self.next(key, cells, clock_ms())
-            if after.action in ("idle", "retry") or (
+            if after.action in ("idle", "retry", "breaker_open") or (
                     after.action == "running" and self.queue_length(key, cells) <= max_ahead):
                 break
             if after.action == "no_slot":
@@ -384,6 +410,31 @@ class KeyedEngine:
                 # Waiting for a retry's backoff or for a free slot.
                 self._scheduler.wait_for_change(max(0.001, (step.wake_at_ms - now()) / 1000))
 
+    def _hold(self, key: Hashable, cells: KeyCells, now_ms: int) -> list[tuple[Channel, bytes]]:
+        """The breaker holds the key's head: an attempt it never ran for (invariant 11).
+
+        The head waits out the backoff of a failed attempt, as it would had
+        it started and met the open breaker at its model call, so the retry
+        policy still bounds how long an event waits on an outage; but the
+        agent does not run, and nothing is suspended. After the last attempt
+        it is a dead letter like any other.
+        """
+        head = self._queue.head(key, cells.queued)
+        assert head is not None
+        attempt = (cells.attempt.read() or 0) + 1
+        self._metrics.inc(NAMESPACE, "breaker_held")
+        parsed = AgentEvent.FromString(head)
+        seq = (cells.state.seq.read() or 0) + 1
+        if self._retry.gives_up_after(attempt):
+            record = error_record(self._scheduler.breaker_refusal(), stage=ErrorRecord.STAGE_MODEL,
+                                  entity_key=parsed.entity_key, seq=seq, event=head,
+                                  event_id=parsed.event_id, traceback_bytes=0)
+            record.attempts = attempt
+            return self._give_up(key, cells, head, record, attempt)
+        cells.attempt.write(attempt)
+        cells.retry_at_ms.write(now_ms + self._retry.delay_ms(parsed.entity_key, seq, attempt))
+        return []
+
     def _apply(self, key: Hashable, cells: KeyCells, running: Running,
                outcome: Committed | Failed, now_ms: int) -> list[tuple[Channel, bytes]]:
         if outcome.budget is not None:
@@ -392,9 +443,16 @@ class KeyedEngine:
         if isinstance(outcome, Committed):
             if outcome.memory is not None:
                 cells.state.memory.write(outcome.memory)
+            if outcome.waits is not None:
+                cells.state.waits.write(outcome.waits)
             cells.state.seq.write(outcome.seq)
             _empty_cache(cells)
             self._dequeue(key, cells, running.event)
+            for timeout in outcome.timeouts:
+                # Queued now, at the wait's deadline in event time: it runs once the
+                # watermark passes it, in the key's order (invariant 14). Bounded by
+                # --max_pending_waits, not by the backlog cap, so it is never refused.
+                self.enqueue(key, cells, timeout, capped=False)
             return [("intents", intent_to_json(intent)) for intent in outcome.intents]
         error = outcome.error
         if outcome.flow_control:
@@ -418,15 +476,25 @@ class KeyedEngine:
                 now_ms + self._retry.delay_ms(error.entity_key, error.seq, running.attempt))
             self._metrics.inc(NAMESPACE, "suspended")
             return []
-        if error.retriable:
-            self._metrics.inc(NAMESPACE, "retries_exhausted")
-            count_dead_letter(self._metrics, error)
-        if running.attempt > 1:
+        if not error.retriable:
+            return self._dead_letter(key, cells, running.event, error, running.attempt)
+        return self._give_up(key, cells, running.event, error, running.attempt)
+
+    def _give_up(self, key: Hashable, cells: KeyCells, event: bytes, error: ErrorRecord,
+                 attempt: int) -> list[tuple[Channel, bytes]]:
+        """The last attempt at a retriable failure: the event becomes a dead letter."""
+        self._metrics.inc(NAMESPACE, "retries_exhausted")
+        count_dead_letter(self._metrics, error)
+        return self._dead_letter(key, cells, event, error, attempt)
+
+    def _dead_letter(self, key: Hashable, cells: KeyCells, event: bytes, error: ErrorRecord,
+                     attempt: int) -> list[tuple[Channel, bytes]]:
+        if attempt > 1:
             # Its suspensions kept this seq's paid calls, and the key's next
             # event runs with the same seq (invariant 1). A first attempt's dead
             # letter leaves the cell alone: it may be the corrupt blob reported.
             _empty_cache(cells)
-        self._dequeue(key, cells, running.event)
+        self._dequeue(key, cells, event)
         return [("errors", error_to_json(error))]
 
     def _dequeue(self, key: Hashable, cells: KeyCells, event: bytes) -> None:

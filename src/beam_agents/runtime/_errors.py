@@ -23,6 +23,8 @@ from beam_agents.errors import (
     StateError,
     StoreError,
     StoreLimitError,
+    ToolError,
+    WaitError,
 )
 from beam_agents.runtime._codec import decode_event
 from beam_agents.runtime._lines import Oversize
@@ -51,6 +53,8 @@ _STAGES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int]
     (EventDecodeError, ErrorRecord.STAGE_DECODE),
     (ConfigError, ErrorRecord.STAGE_CONFIG),
     (IntentTooLargeError, ErrorRecord.STAGE_OUTPUT),
+    (ToolError, ErrorRecord.STAGE_TOOL),
+    (WaitError, ErrorRecord.STAGE_WAIT),
 )
 
 

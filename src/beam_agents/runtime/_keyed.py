@@ -17,6 +17,7 @@ from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents.metrics import MetricsSink
 from beam_agents.runtime._activation import NAMESPACE, KeyedState
+from beam_agents.runtime._codec import with_traceparent
 from beam_agents.runtime._errors import decode_input
 from beam_agents.runtime._lines import Oversize
 
@@ -25,8 +26,9 @@ __all__ = ["CELLS", "BagCell", "Channel", "InputDecoder", "QueueCell", "StateCel
 
 #: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
 #: bytes, the last committed seq (DESIGN's activation protocol), and
-#: TokenBudgetBlob bytes, written only under ``--max_tokens_per_entity``.
-CELLS = ("memory", "llm_cache", "seq", "budget")
+#: TokenBudgetBlob bytes, written only under ``--max_tokens_per_entity``, and
+#: PendingWaitsBlob bytes, written only when the agent waits for an answer.
+CELLS = ("memory", "llm_cache", "seq", "budget", "waits")
 
 #: Where a line goes: the intents output or the errors (dead-letter) output.
 Channel = Literal["intents", "errors"]
@@ -100,18 +102,20 @@ class BagCell:
 
 @dataclass(frozen=True, slots=True)
 class StateCells:
-    """An entity's four cells, bound by the host for the key in scope."""
+    """An entity's five cells, bound by the host for the key in scope."""
 
     memory: StateCell
     llm_cache: StateCell
     seq: StateCell
     budget: StateCell
+    waits: StateCell
 
     def read(self) -> KeyedState:
         """The entity's state as the core takes it."""
         return KeyedState(memory=_as_bytes(self.memory.read()),
                           llm_cache=_as_bytes(self.llm_cache.read()),
-                          seq=self.seq.read() or 0, budget=_as_bytes(self.budget.read()))
+                          seq=self.seq.read() or 0, budget=_as_bytes(self.budget.read()),
+                          waits=_as_bytes(self.waits.read()))
 
 
 class InputDecoder:
@@ -132,8 +136,13 @@ class InputDecoder:
         self._max_event_bytes = max_event_bytes
         self._charset = charset
 
-    def __call__(self, data: bytes | str | Oversize) -> AgentEvent | ErrorRecord:
-        """Decode one element (see `decode_input`); also counts ``oversize_events``."""
+    def __call__(self, data: bytes | str | Oversize, *,
+                 traceparent: str | bytes | None = None) -> AgentEvent | ErrorRecord:
+        """Decode one element (see `decode_input`); also counts ``oversize_events``.
+
+        `traceparent` is the trace context the transport carried beside the
+        element (a Pub/Sub attribute, a Kafka header); see `with_traceparent`.
+        """
         self._metrics.inc(NAMESPACE, "events")
         if isinstance(data, str):
             data = self._encode(data)
@@ -144,6 +153,8 @@ class InputDecoder:
             self._metrics.inc(NAMESPACE, "errors_decode")
             if decoded.event_bytes:
                 self._metrics.inc(NAMESPACE, "oversize_events")
+        elif traceparent:
+            with_traceparent(decoded, traceparent)
         return decoded
 
     def _encode(self, text: str) -> bytes:

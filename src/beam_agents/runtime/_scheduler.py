@@ -9,6 +9,11 @@ later, in a callback that has the key's state in scope, and applies it there.
 It never runs two activations of one key at once (invariant 10), and a slot
 is freed when an activation *finishes*, not when the host gets round to
 applying it: a host waiting for a slot can never wait on a callback it blocks.
+
+While the provider's circuit breaker is open it starts nothing, and once the
+breaker has cooled down it starts one activation at a time, the trial, until
+the breaker closes (invariant 11): an activation started into an open breaker
+would only be suspended at its model call and run again.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 from beam_agents._checks import require_int
 from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.errors import ProviderUnavailable
 from beam_agents.metrics import MetricsSink
 from beam_agents.runtime._activation import NAMESPACE, ActivationRuntime, KeyedState, Outcome
 
@@ -70,6 +76,9 @@ class Scheduler:
         self._unsettled: set[concurrent.futures.Future[Outcome]] = set()
         self._peak = 0
         self._clock = runtime.clock
+        self._breaker = runtime.breaker
+        # The activation let through as the breaker's trial, while it runs.
+        self._trial: concurrent.futures.Future[Outcome] | None = None
         # How long activations take: a running mean and mean deviation, in ms.
         self._mean_ms = 0.0
         self._deviation_ms = 0.0
@@ -101,6 +110,30 @@ class Scheduler:
         with self._lock:
             return self._running_now() < self._max
 
+    def start_wait_s(self) -> float | None:
+        """How long a start must wait for the provider's breaker: None when it need not.
+
+        Returns:
+            None while the breaker is closed, or while it has cooled down and
+            no trial is running; else the seconds left of its cooldown, or,
+            while a trial runs, how long that trial can be expected to take.
+        """
+        wait = self._breaker.start_wait_s()
+        if wait is None:
+            return None
+        if wait > 0:
+            return wait
+        with self._lock:
+            trial = self._trial
+            mean_s = self._mean_ms / 1000
+        if trial is None or trial.done():
+            return None
+        return max(mean_s / 4, 0.001)
+
+    def breaker_refusal(self) -> ProviderUnavailable:
+        """What a start held back by the open breaker failed with, for its dead letter."""
+        return self._breaker.refusal()
+
     def try_start(self, key: Hashable, state: KeyedState, event: bytes, *, attempt: int) -> bool:
         """Start the activation of `event` for `key` if a slot is free; returns at once.
 
@@ -108,21 +141,28 @@ class Scheduler:
         never run more than `max_in_flight` between them.
 
         Returns:
-            Whether it started; False when every slot is taken.
+            Whether it started; False when every slot is taken, or the
+            provider's breaker holds starts (`start_wait_s`).
 
         Raises:
             RuntimeError: `key` already has an activation whose outcome was not taken.
         """
+        breaker_wait = self._breaker.start_wait_s()
         with self._lock:
             if key in self._by_key:
                 raise RuntimeError(f"key {key!r} already has an activation in flight")
             busy = self._running_now()
             if busy >= self._max:
                 return False
+            trial = breaker_wait is not None
+            if trial and (breaker_wait or (self._trial is not None and not self._trial.done())):
+                return False
             self._peak = max(self._peak, busy + 1)
             future = self._runtime.submit(self._runtime.activate_async(
                 state, AgentEvent.FromString(event), attempt=attempt))
             self._unsettled.add(future)
+            if trial:
+                self._trial = future
             running = Running(event=event, attempt=attempt, base_seq=state.seq, future=future,
                               started_s=self._clock())
             self._by_key[key] = running

@@ -40,6 +40,7 @@ class MemoryVersioning:
             ConfigError: the version is not a uint32, ``migrate`` is not
                 callable, or a version above 0 comes without ``migrate``.
         """
+        # An `Agent` declares them; a plain function may carry them as attributes.
         version = getattr(agent, "memory_version", 0)
         if isinstance(version, bool) or not isinstance(version, int) or not (
                 0 <= version <= _MAX_VERSION):

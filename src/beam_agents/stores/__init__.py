@@ -9,6 +9,11 @@ Call-journal backends behind the `beam_agents.model` journal port (invariant 9):
 * `SqliteCallJournal` / `SqliteCallJournalConfig`: embedded (stdlib sqlite3).
 * `FirestoreCallJournal` / `FirestoreCallJournalConfig`: production (google-cloud-firestore).
 
+State snapshot stores behind the `beam_agents.runtime` snapshot port (batch
+runs that remember): `FileSnapshotConfig` (a folder, through `LocalFiles` or
+another `Files`) and `FirestoreSnapshotConfig`; `snapshot_config_from_uri`
+maps ``--state_snapshot URI`` onto one.
+
 `longterm_config_from_mapping` and `call_journal_config_from_mapping` turn
 plain data (a JSON config's ``longterm_memory`` and ``call_journal``) into
 these configs; `beam_agents.hosting` re-exports the second for hosts.
@@ -33,6 +38,13 @@ if TYPE_CHECKING:
         SqliteCallJournalConfig,
         call_journal_config_from_mapping,
     )
+    from beam_agents.stores._snapshot_config import (
+        Files,
+        FileSnapshotConfig,
+        FirestoreSnapshotConfig,
+        LocalFiles,
+        snapshot_config_from_uri,
+    )
     from beam_agents.stores.firestore import FirestoreLongtermStore
     from beam_agents.stores.firestore_journal import FirestoreCallJournal
     from beam_agents.stores.in_memory import InMemoryLongtermConfig, InMemoryLongtermStore
@@ -40,21 +52,31 @@ if TYPE_CHECKING:
     from beam_agents.stores.sqlite_journal import SqliteCallJournal
 
 __all__ = [
+    "FileSnapshotConfig",
+    "Files",
     "FirestoreCallJournal",
     "FirestoreCallJournalConfig",
     "FirestoreLongtermConfig",
     "FirestoreLongtermStore",
+    "FirestoreSnapshotConfig",
     "InMemoryLongtermConfig",
     "InMemoryLongtermStore",
+    "LocalFiles",
     "SqliteCallJournal",
     "SqliteCallJournalConfig",
     "SqliteLongtermConfig",
     "SqliteLongtermStore",
     "call_journal_config_from_mapping",
     "longterm_config_from_mapping",
+    "snapshot_config_from_uri",
 ]
 
 _HOMES = {
+    "FileSnapshotConfig": "beam_agents.stores._snapshot_config",
+    "Files": "beam_agents.stores._snapshot_config",
+    "FirestoreSnapshotConfig": "beam_agents.stores._snapshot_config",
+    "LocalFiles": "beam_agents.stores._snapshot_config",
+    "snapshot_config_from_uri": "beam_agents.stores._snapshot_config",
     "FirestoreCallJournal": "beam_agents.stores.firestore_journal",
     "FirestoreCallJournalConfig": "beam_agents.stores._journal_config",
     "FirestoreLongtermConfig": "beam_agents.stores._config",

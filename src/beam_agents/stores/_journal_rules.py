@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from beam_agents.errors import JournalCorruptError, StoreLimitError
-from beam_agents.model import JournalEntry
+from beam_agents.model import MAX_REQUEST_SUMMARY_BYTES, JournalEntry, LearnedRateRecord
 from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 __all__ = [
@@ -75,6 +75,8 @@ __all__ = [
     "journal_document_size",
     "journal_query",
     "ms_from_timestamp",
+    "rate_document_id",
+    "rate_record",
     "require_int64",
     "timestamp_from_ms",
 ]
@@ -180,6 +182,13 @@ def check_entry(entry: object) -> JournalEntry:
                         f"not {type(entry.digest_only).__name__}")
     require_int64(entry.created_at_ms, "JournalEntry.created_at_ms")
     require_int64(entry.expire_at_ms, "JournalEntry.expire_at_ms")
+    if not isinstance(entry.request, str):
+        raise TypeError(f"JournalEntry.request must be str, not {type(entry.request).__name__}")
+    if len(entry.request.encode("utf-8", "surrogatepass")) > MAX_REQUEST_SUMMARY_BYTES:
+        raise StoreLimitError(f"journal entry {entry.cache_key}: its request summary is over "
+                              f"{MAX_REQUEST_SUMMARY_BYTES} bytes",
+                              limit=MAX_REQUEST_SUMMARY_BYTES,
+                              attempted=len(entry.request.encode("utf-8", "surrogatepass")))
     if not entry.digest_only and hashlib.sha256(entry.response).digest() != entry.sha256:
         raise ValueError(f"journal entry {entry.cache_key}: sha256 does not match the response")
     return entry
@@ -228,6 +237,12 @@ def decode_entry(row: Mapping[str, object], *, store: str, cache_key: str,
         if type(value) is not kind:
             raise corrupt(f"{name} is {type(value).__name__}, not {kind.__name__}")
         values[name] = value
+    request = row.get("request", "")
+    if request is None:  # a row of an earlier version: no summary
+        request = ""
+    if not isinstance(request, str):
+        raise corrupt(f"request is {type(request).__name__}, not str")
+    values["request"] = request
     if values["cache_key"] != cache_key or _CACHE_KEY.fullmatch(cache_key) is None:
         raise corrupt(f"it carries key {values['cache_key']!r}; keys are 64 lowercase hex digits")
     if values["entity_key"] != entity_key:
@@ -288,6 +303,7 @@ def journal_document_fields(entry: JournalEntry) -> dict[str, Any]:
         "digest_only": entry.digest_only,
         "created_at_ms": entry.created_at_ms,
         "expire_at": timestamp_from_ms(entry.expire_at_ms),
+        **({"request": entry.request} if entry.request else {}),
     }
 
 
@@ -320,6 +336,8 @@ def journal_document_size(collection: str, entry: JournalEntry) -> int:
 
 def firestore_max_response_bytes(collection: str, entity_key: bytes) -> int:
     """The largest response a full (not digest-only) entry of `entity_key` may carry."""
+    # Without a request summary: one (at most MAX_REQUEST_SUMMARY_BYTES) takes its room
+    # from the ~46 KB the facade's threshold leaves below this.
     empty = JournalEntry(cache_key="0" * 64, entity_key=entity_key, seq=0, response=b"",
                          sha256=bytes(32), digest_only=True, created_at_ms=0, expire_at_ms=0)
     # Switching digest_only to False changes no size: a boolean is 1 byte either way.
@@ -433,5 +451,28 @@ def entry_from_document(data: Mapping[str, Any] | None, *, store: str, document_
         "digest_only": data.get("digest_only"),
         "created_at_ms": data.get("created_at_ms"),
         "expire_at_ms": ms_from_timestamp(expire_at),
+        "request": data.get("request", ""),
     }
     return decode_entry(row, store=store, cache_key=document_id, entity_key=entity_key, seq=seq)
+
+
+def rate_record(row: Sequence[object]) -> LearnedRateRecord | None:
+    """A stored learned rate ``(account, worker, rate_rps, updated_ms)``, or None if malformed.
+
+    A learned rate only saves a run its warm-up: a row that does not decode
+    is skipped, never an error that could stop a run.
+    """
+    try:
+        account, worker, rate, updated = row
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or \
+                not isinstance(updated, int) or isinstance(updated, bool):
+            return None
+        return LearnedRateRecord(account=str(account), worker=str(worker),
+                                 rate_rps=float(rate), updated_ms=updated)
+    except (TypeError, ValueError):
+        return None
+
+
+def rate_document_id(account: str, worker: str) -> str:
+    """The Firestore document of one worker's learned rate: a digest, so any names fit."""
+    return hashlib.sha256(f"{account}\0{worker}".encode()).hexdigest()

@@ -77,6 +77,8 @@ class SqliteDatabase:
         path: Database file, or ``:memory:``.
         busy_timeout_ms: How long a call waits for another connection's lock.
         schema: Statements run once, right after the connection enters WAL mode.
+        added_columns: ``(table, column, declaration)`` a later version added:
+            each is added to a database an earlier version created.
         where: Names the backend in error messages (``<where>: <what> failed: ...``).
         unavailable: The error a ``sqlite3.Error`` or ``OSError`` becomes.
         require_open: The owner's closed check, called with the operation's name
@@ -85,8 +87,10 @@ class SqliteDatabase:
 
     def __init__(self, *, path: str, busy_timeout_ms: int, schema: Sequence[str], where: str,
                  unavailable: Callable[[str], BeamAgentsError],
-                 require_open: Callable[[str], None]) -> None:
+                 require_open: Callable[[str], None],
+                 added_columns: Sequence[tuple[str, str, str]] = ()) -> None:
         self._path = path
+        self._added_columns = tuple(added_columns)
         self._timeout_s = busy_timeout_ms / 1000
         self._schema = tuple(schema)
         self._where = where
@@ -112,11 +116,24 @@ class SqliteDatabase:
                 enter_wal(connection, self._timeout_s)
                 for statement in self._schema:
                     connection.execute(statement)
+                self._add_columns(connection)
             except BaseException:
                 connection.close()
                 raise
             self._connection = connection
         return self._connection
+
+    def _add_columns(self, connection: sqlite3.Connection) -> None:
+        """Bring a database an earlier version made up to this schema; idempotent."""
+        for table, column, declaration in self._added_columns:
+            present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            if column in present:
+                continue
+            try:
+                connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another worker added it first
+                    raise
 
     async def run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run `work` on the connection in a worker thread, translating SQLite failures."""

@@ -1,6 +1,7 @@
 """The production call journal on Cloud Firestore (``google-cloud-firestore`` AsyncClient).
 
-Layout: ``{collection}/{cache key}``, one document per paid call; the fields,
+Layout: ``{collection}/{cache key}``, one document per paid call, and
+``{collection}_rates/{digest}``, one per worker's learned rate; the fields,
 the size rules and the decoding are pure rules in
 `beam_agents.stores._journal_rules`. This module adds the client, the query
 and the create-or-read write.
@@ -20,7 +21,7 @@ from google.cloud.firestore_v1 import AsyncClient
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model import JournalEntry, JournalWrite
+from beam_agents.model import JournalEntry, JournalWrite, LearnedRateRecord
 from beam_agents.stores._firestore_client import FirestoreClient
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (
@@ -30,6 +31,8 @@ from beam_agents.stores._journal_rules import (
     entry_from_document,
     journal_document_fields,
     journal_query,
+    rate_document_id,
+    rate_record,
 )
 
 __all__ = ["FirestoreCallJournal", "FirestoreCallJournalConfig"]
@@ -129,6 +132,27 @@ class FirestoreCallJournal:
 
         return await self._call("read", work)
 
+    async def entries_of(self, entity_key: bytes) -> list[JournalEntry]:
+        """Every entry of one entity, in seq order (for a person: ``beam-agents inspect``).
+
+        One equality filter, on the field `read` filters on too, so no index
+        beyond Firestore's automatic ones is needed; sorted here.
+        """
+        check_read(entity_key, 0)
+        field, value = journal_query(entity_key)
+
+        async def work(client: AsyncClient) -> list[JournalEntry]:
+            query = self._collection(client).where(filter=FieldFilter(field, "==", value))
+            stream: AsyncIterator[Any] = query.stream(timeout=self._timeout_s)
+            entries = []
+            async for snapshot in stream:
+                seq = (snapshot.to_dict() or {}).get("seq")
+                entries.append(self._decode(snapshot, entity_key=entity_key,
+                                            seq=seq if isinstance(seq, int) else -1))
+            return sorted(entries, key=lambda e: (e.seq, e.created_at_ms, e.cache_key))
+
+        return await self._call("entries_of", work)
+
     async def write(self, entry: JournalEntry) -> JournalWrite:
         """Create `entry`'s document unless it exists; report the entry that stands."""
         check_entry(entry)
@@ -155,6 +179,35 @@ class FirestoreCallJournal:
                 f"then absent {_CREATE_ATTEMPTS} times")
 
         return await self._call("write", work)
+
+    async def read_rates(self, account: str) -> list[LearnedRateRecord]:
+        """Every worker's learned rate for `account`, in one query; bad documents are skipped."""
+
+        async def work(client: AsyncClient) -> list[LearnedRateRecord]:
+            query = self._rates(client).where(filter=FieldFilter("account", "==", account))
+            stream: AsyncIterator[Any] = query.stream(timeout=self._timeout_s)
+            found = [rate_record(tuple((snapshot.to_dict() or {}).get(name) for name in
+                                       ("account", "worker", "rate_rps", "updated_ms")))
+                     async for snapshot in stream]
+            return sorted((record for record in found if record is not None),
+                          key=lambda record: record.worker)
+
+        return await self._call("read_rates", work)
+
+    async def write_rate(self, record: LearnedRateRecord) -> None:
+        """Keep `record`, replacing its worker's document."""
+
+        async def work(client: AsyncClient) -> None:
+            reference = self._rates(client).document(
+                rate_document_id(record.account, record.worker))
+            await reference.set({"account": record.account, "worker": record.worker,
+                                 "rate_rps": record.rate_rps, "updated_ms": record.updated_ms},
+                                timeout=self._timeout_s)
+
+        await self._call("write_rate", work)
+
+    def _rates(self, client: AsyncClient) -> Any:
+        return client.collection(f"{self._config.collection}_rates")
 
     async def close(self) -> None:
         """Close the client's gRPC channel; idempotent."""

@@ -23,12 +23,13 @@ import sqlite3
 from collections.abc import Mapping
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model import JournalEntry, JournalWrite
+from beam_agents.model import JournalEntry, JournalWrite, LearnedRateRecord
 from beam_agents.stores._journal_config import SqliteCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,
     check_read,
     decode_entry,
+    rate_record,
     require_int64,
 )
 from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
@@ -36,7 +37,7 @@ from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transactio
 __all__ = ["SqliteCallJournal", "SqliteCallJournalConfig"]
 
 _COLUMNS = ("cache_key", "entity_key", "seq", "response", "sha256", "digest_only",
-            "created_at_ms", "expire_at_ms")
+            "created_at_ms", "expire_at_ms", "request")
 _COLUMN_LIST = ", ".join(_COLUMNS)
 
 _SCHEMA = (
@@ -49,10 +50,20 @@ _SCHEMA = (
         sha256        BLOB    NOT NULL,
         digest_only   INTEGER NOT NULL,
         created_at_ms INTEGER NOT NULL,
-        expire_at_ms  INTEGER NOT NULL
+        expire_at_ms  INTEGER NOT NULL,
+        request       TEXT    NOT NULL DEFAULT ''
     )
     """,
     "CREATE INDEX IF NOT EXISTS call_journal_by_activation ON call_journal (entity_key, seq)",
+    """
+    CREATE TABLE IF NOT EXISTS learned_rates (
+        account    TEXT    NOT NULL,
+        worker     TEXT    NOT NULL,
+        rate_rps   REAL    NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        PRIMARY KEY (account, worker)
+    )
+    """,
 )
 
 # First write wins (invariant 5): a present key is left as it is, and the
@@ -60,8 +71,17 @@ _SCHEMA = (
 _INSERT = (f"INSERT INTO call_journal ({_COLUMN_LIST}) VALUES ({', '.join('?' * len(_COLUMNS))})"
            " ON CONFLICT (cache_key) DO NOTHING")
 _READ = f"SELECT {_COLUMN_LIST} FROM call_journal WHERE entity_key = ? AND seq = ?"
+_ENTITY = (f"SELECT {_COLUMN_LIST} FROM call_journal WHERE entity_key = ? "
+           "ORDER BY seq, created_at_ms, cache_key")
+#: Columns later versions added; a database an earlier version made gets them on open.
+_ADDED = (("call_journal", "request", "TEXT NOT NULL DEFAULT ''"),)
 _STANDING = f"SELECT {_COLUMN_LIST} FROM call_journal WHERE cache_key = ?"
 _PRUNE = "DELETE FROM call_journal WHERE expire_at_ms < ?"
+_READ_RATES = ("SELECT account, worker, rate_rps, updated_ms FROM learned_rates "
+               "WHERE account = ? ORDER BY worker")
+_WRITE_RATE = ("INSERT INTO learned_rates (account, worker, rate_rps, updated_ms) "
+               "VALUES (?, ?, ?, ?) ON CONFLICT (account, worker) DO UPDATE SET "
+               "rate_rps = excluded.rate_rps, updated_ms = excluded.updated_ms")
 
 
 class SqliteCallJournal:
@@ -82,7 +102,7 @@ class SqliteCallJournal:
         self._db = SqliteDatabase(
             path=config.path, busy_timeout_ms=config.busy_timeout_ms, schema=_SCHEMA,
             where=self._store, unavailable=JournalUnavailable,
-            require_open=self._require_open)
+            require_open=self._require_open, added_columns=_ADDED)
 
     @property
     def config(self) -> SqliteCallJournalConfig:
@@ -117,7 +137,7 @@ class SqliteCallJournal:
         """Insert `entry` unless its key is present; report the entry that stands."""
         check_entry(entry)
         values = (entry.cache_key, entry.entity_key, entry.seq, entry.response, entry.sha256,
-                  int(entry.digest_only), entry.created_at_ms, entry.expire_at_ms)
+                  int(entry.digest_only), entry.created_at_ms, entry.expire_at_ms, entry.request)
 
         def work(connection: sqlite3.Connection) -> JournalWrite:
             with immediate_transaction(connection):
@@ -131,6 +151,35 @@ class SqliteCallJournal:
             return JournalWrite(won=False, stored=stored)
 
         return await self._db.run("write", work)
+
+    async def entries_of(self, entity_key: bytes) -> list[JournalEntry]:
+        """Every entry of one entity, in seq order (for a person: ``beam-agents inspect``)."""
+        check_read(entity_key, 0)
+
+        def work(connection: sqlite3.Connection) -> list[JournalEntry]:
+            rows = connection.execute(_ENTITY, (entity_key,)).fetchall()
+            return [self._decode(row, entity_key=entity_key, seq=int(row[2])) for row in rows]
+
+        return await self._db.run("entries_of", work)
+
+    async def read_rates(self, account: str) -> list[LearnedRateRecord]:
+        """Every worker's learned rate for `account`; rows that do not decode are skipped."""
+
+        def work(connection: sqlite3.Connection) -> list[LearnedRateRecord]:
+            rows = connection.execute(_READ_RATES, (account,)).fetchall()
+            return [record for record in map(rate_record, rows) if record is not None]
+
+        return await self._db.run("read_rates", work)
+
+    async def write_rate(self, record: LearnedRateRecord) -> None:
+        """Keep `record`, replacing its worker's row."""
+
+        def work(connection: sqlite3.Connection) -> None:
+            with immediate_transaction(connection):
+                connection.execute(_WRITE_RATE, (record.account, record.worker,
+                                                 record.rate_rps, record.updated_ms))
+
+        await self._db.run("write_rate", work)
 
     async def prune(self, before_ms: int) -> int:
         """Delete entries whose ``expire_at_ms`` is before `before_ms`; return how many.

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from beam_agents.model import ModelRequest, ModelResponse
+from beam_agents.model import ModelRequest, ModelResponse, ToolCall
 
-__all__ = ["Reply", "ScriptExhaustedError", "ScriptedModel"]
+__all__ = ["Reply", "ScriptExhaustedError", "ScriptedModel", "calls_tool"]
 
 #: One scripted answer: response text, a full response, or an exception to raise.
 Reply = str | ModelResponse | BaseException
@@ -48,6 +49,21 @@ class ScriptExhaustedError(AssertionError):
             f"(its last user message: {preview!r})")
         self.scripted = scripted
         self.call = call
+
+
+def calls_tool(name: str, arguments: dict[str, Any] | None = None,
+               *more: tuple[str, dict[str, Any]], text: str = "",
+               model_id: str = "scripted") -> ModelResponse:
+    """A scripted reply in which the model asks for tool calls: ``calls_tool("lookup", {...})``.
+
+    More calls in the same turn follow as ``(name, arguments)`` pairs; each
+    gets the id ``call_<n>``.
+    """
+    wanted = [(name, arguments or {}), *more]
+    return ModelResponse(text=text, model_id=model_id, finish_reason="tool_calls",
+                         tool_calls=tuple(ToolCall(id=f"call_{n}", name=each, arguments=args)
+                                          for n, (each, args) in enumerate(wanted)),
+                         usage={"prompt_tokens": 10, "completion_tokens": 5})
 
 
 def _check_reply(reply: object, where: str) -> Reply:

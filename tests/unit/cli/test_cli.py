@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from beam_agents.cli import main
-from beam_agents.runtime import AgentEvent, ErrorRecord, decode_event_json, error_to_json
+from beam_agents.runtime import (
+    AgentEvent,
+    ErrorRecord,
+    decode_event_json,
+    error_to_json,
+    event_to_json,
+)
 
 
 def dead_letters(path: Path) -> tuple[AgentEvent, bytes]:
@@ -52,3 +59,16 @@ def test_a_file_that_is_not_dead_letters_is_a_clear_error(
     source.write_text('{"hello": 1}\n')
     assert main(["errors", "show", str(source)]) == 2
     assert f"{source}:1" in capsys.readouterr().err
+
+
+def test_redrive_keeps_a_payload_object_an_object(tmp_path: Path) -> None:
+    """A JSON payload comes back as the object it was, not an escaped string; text stays text."""
+    source, out = tmp_path / "errors.jsonl", tmp_path / "redrive.jsonl"
+    dead_letters(source)
+    assert main(["errors", "redrive", str(source), "-o", str(out)]) == 0
+    line = json.loads(out.read_bytes().splitlines()[0])
+    assert line["payload"] == {"t": 1}
+
+    spaced = AgentEvent(entity_key=b"u1", event_time_ms=1, payload=b'{ "t": 1 }')
+    assert json.loads(event_to_json(spaced))["payload"] == '{ "t": 1 }'  # text that looks like JSON
+    assert decode_event_json(event_to_json(spaced)) == spaced

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents.cli import main
+from beam_agents.cli import _one_line, main
 from beam_agents.runtime import ErrorRecord, error_to_json
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -104,3 +104,37 @@ def test_redrive_names_what_it_left_out(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"event of 70000000 bytes over the size limit; find it at the source by its sha256 " \
            f"{bytes(range(32)).hex()}" in err
+
+
+def test_an_empty_job_server_jar_flag_is_refused(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Beam would read "" as unset and try a download; the flag is named instead."""
+    assert main(run_args(tmp_path, "--runner", "FlinkRunner", "--flink_master", "localhost:1",
+                         "--flink_job_server_jar=")) == 2
+    [line] = error_lines(capsys)
+    assert line.startswith("beam-agents: --flink_job_server_jar is empty")
+
+
+def test_a_long_error_keeps_the_path_it_asks_the_user_to_stage_at() -> None:
+    """Beam's download failure ends with the path to stage the jar at: it is printed whole."""
+    path = "/root/.apache_beam/cache/jars/beam-runners-flink-1.19-job-server-2.61.0.jar"
+    error = RuntimeError("Unable to fetch remote job server jar at https://repo/x.jar: "
+                         f"<urlopen error {'x' * 600}>. If no Internet access at runtime, "
+                         f"stage the jar at {path}")
+    line = _one_line(error)
+    assert line.startswith("beam-agents: RuntimeError: Unable to fetch")
+    assert f"stage the jar at {path} (--debug" in line
+    assert len(line) < 500
+
+
+def test_an_empty_match_in_a_model_script_is_one_line_before_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A script error is found before any worker starts: one line naming the line, no trace."""
+    script = tmp_path / "script.jsonl"
+    script.write_text('{"match": "refund", "text": "ok"}\n{"match": "", "text": "all"}\n')
+    assert main(run_args(tmp_path, "--model_script", str(script))) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("beam-agents:")]
+    assert f"{script}:2: bad LocalModel script line: 'match' is empty" in line
+    assert not (tmp_path / "intents.jsonl").exists()

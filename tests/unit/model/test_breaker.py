@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from beam_agents.errors import ProviderUnavailable
+from beam_agents.errors import ConfigError, ProviderUnavailable
 from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBreaker
 from beam_agents.model._config import BreakerConfig
 
@@ -91,18 +91,60 @@ def test_a_successful_trial_closes_the_breaker() -> None:
     breaker.before_call()
 
 
-def test_a_failed_trial_reopens_for_a_full_cooldown() -> None:
+def test_a_failed_trial_reopens_for_twice_the_last_cooldown() -> None:
     breaker, clock = make(threshold=5, cooldown_s=10)
     fail(breaker, 5)
     clock.now += 10
     breaker.before_call()
     breaker.record_failure()
     assert breaker.state is BreakerState.OPEN
-    clock.now += 9
+    clock.now += 19.99
     with pytest.raises(ProviderUnavailable):
         breaker.before_call()
-    clock.now += 1
+    clock.now += 0.01
     breaker.before_call()
+
+
+def test_the_cooldown_doubles_up_to_its_cap_and_a_success_resets_it() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(BreakerConfig(failure_threshold=1, cooldown_s=1,
+                                           max_cooldown_s=5), clock=clock)
+    fail(breaker, 1)
+    cooldowns = []
+    for _ in range(5):
+        cooldowns.append(breaker.cooldown_s)
+        clock.now += breaker.cooldown_s
+        breaker.before_call()  # the trial, which fails
+        breaker.record_failure()
+    assert cooldowns == [1, 2, 4, 5, 5]
+    clock.now += 5
+    breaker.before_call()
+    breaker.record_success()
+    assert breaker.cooldown_s == 1
+
+
+def test_starts_wait_out_the_cooldown_then_go_while_it_is_half_open() -> None:
+    """An open breaker holds activation starts; a closed one never does (invariant 11)."""
+    breaker, clock = make(threshold=1, cooldown_s=10)
+    assert breaker.start_wait_s() is None
+    fail(breaker, 1)
+    assert breaker.start_wait_s() == 10
+    clock.now += 4
+    assert breaker.start_wait_s() == 6
+    clock.now += 6
+    assert breaker.start_wait_s() == 0.0
+    breaker.before_call()  # the trial
+    assert breaker.start_wait_s() == 0.0
+    breaker.record_success()
+    assert breaker.start_wait_s() is None
+
+
+def test_a_max_cooldown_below_the_cooldown_is_refused_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"breaker\.max_cooldown_s") as caught:
+        BreakerConfig(cooldown_s=10, max_cooldown_s=5)
+    assert caught.value.field == "breaker.max_cooldown_s"
+    assert BreakerConfig(cooldown_s=60).longest_cooldown_s == 60
+    assert BreakerConfig().longest_cooldown_s == 30
 
 
 def test_an_inconclusive_trial_frees_the_slot_for_the_next_call() -> None:

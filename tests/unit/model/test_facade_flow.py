@@ -32,6 +32,7 @@ from beam_agents.model import (
     ReplayCache,
     TokenBudget,
 )
+from beam_agents.model._send_gate import check_before_send
 
 NS = "beam_agents.model"
 ENTITY = b"user-7"
@@ -178,3 +179,59 @@ def test_a_budget_is_charged_the_usage_and_a_call_that_passes_it_fails_after_pay
     asyncio.run(scenario())
     assert provider.calls == 2
     assert budget.tokens_used == 180  # within one call of the 150 cap
+
+
+class WaitsForAConnection:
+    """A provider whose requests wait for a pooled connection, then look at the send gate.
+
+    The first call is answered 429 while the second waits for its connection:
+    the second was admitted before the 429 was read, and must not be sent.
+    """
+
+    model_id = "pooled"
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.connection = asyncio.Event()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        text = str(request.messages[-1]["content"])
+        if text == "second" and not self.sent.count("second"):
+            await self.connection.wait()
+        check_before_send()  # what the gated HTTP transport does at the first write
+        self.sent.append(text)
+        if text == "first" and self.sent.count("first") == 1:
+            await asyncio.sleep(0.01)  # on the wire, while the second is admitted
+            self.connection.set()  # the 429's connection frees up for the second
+            raise RateLimitedError("429", retry_after_s=0.2)
+        return ModelResponse(text=f"re {text}", model_id=self.model_id, usage=USAGE)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_call_admitted_before_a_429_is_held_back_until_its_retry_after_passed() -> None:
+    """Invariant 11: nothing is sent after a 429 was read and before its Retry-After."""
+    metrics = RecordingMetrics()
+    admission = ProviderAdmission.unpaced()
+    provider = WaitsForAConnection()
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        sent_at: list[float] = []
+
+        async def ask(text: str) -> None:
+            await facade(provider, metrics=metrics, admission=admission).acomplete(
+                [{"role": "user", "content": text}])
+            sent_at.append(loop.time())
+
+        limited_at = loop.time()
+        await asyncio.gather(ask("first"), ask("second"))
+        return [t - limited_at for t in sent_at]
+
+    answered_after = run(scenario)
+    assert provider.sent == ["first", "first", "second"]  # the held call went after the pause
+    assert min(answered_after) >= 0.2
+    assert metrics.get(NS, "held_back") == 1
+    assert metrics.get(NS, "provider_calls") == 3  # a held-back request was never a call
+    assert admission.held_back_calls == 1

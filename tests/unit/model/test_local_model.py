@@ -90,7 +90,8 @@ def test_scripts_match_only_the_last_user_message(tmp_path) -> None:
 @pytest.mark.parametrize(("line", "why"), [
     ("{not json", "invalid JSON"),
     ('["a list"]', "JSON object"),
-    ('{"text": "no match"}', "'match'"),
+    ('{"match": 3, "text": "t"}', "'match' must be a str"),
+    ('{"match": "", "text": "t"}', "'match' is empty"),
     ('{"match": "x"}', "'text' or 'tool_calls'"),
     ('{"match": "x", "text": "t", "extra": 1}', "unknown keys"),
     ('{"match": "x", "tool_calls": [{"arguments": {}}]}', "needs a str name"),
@@ -121,7 +122,7 @@ def test_latency_goes_through_the_injected_sleep() -> None:
 
 
 def test_build_provider_makes_a_local_model_from_config(tmp_path) -> None:
-    path = write_script(tmp_path, '{"match": "", "text": "scripted"}')
+    path = write_script(tmp_path, '{"text": "scripted"}')
     model = build_provider(ModelConfig(model_id="demo", script_path=path, latency_ms=0))
     assert isinstance(model, LocalModel) and model.model_id == "demo"
     assert answer(model, request("anything")).text == "scripted"

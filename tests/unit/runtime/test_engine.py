@@ -21,7 +21,7 @@ import pytest
 from beam_agents.errors import ConfigError, ProviderUnavailable
 from beam_agents.hosting import agent_config_from_mapping, start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
+from beam_agents.model import BreakerConfig, CircuitBreaker, ModelConfig, ModelRequest
 from beam_agents.runtime import (
     AgentConfig,
     AgentEvent,
@@ -395,6 +395,7 @@ class _HeldCallbacks:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.futures: list[concurrent.futures.Future[object]] = []
+        self.breaker = CircuitBreaker(BreakerConfig(), clock=self.clock)
 
     def clock(self) -> float:
         return 0.0

@@ -45,6 +45,9 @@ class Counts:
     def observe(self, namespace: str, name: str, value: int) -> None:
         pass
 
+    def note(self, namespace: str, name: str, text: str) -> None:
+        pass
+
 
 @pytest.mark.parametrize("line", list(BAD_LINES), ids=range(len(BAD_LINES)))
 def test_each_bad_line_is_a_decode_record_carrying_its_bytes(line: bytes) -> None:

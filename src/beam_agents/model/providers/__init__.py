@@ -45,9 +45,10 @@ def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelP
             return LocalModel.from_script_file(config.script_path, model_id=config.model_id,
                                                latency_ms=config.latency_ms,
                                                outage=_outage(config),
+                                               outage_ms=config.outage_ms,
                                                quota_rps=config.quota_rps)
         return LocalModel(config.model_id, latency_ms=config.latency_ms, outage=_outage(config),
-                          quota_rps=config.quota_rps)
+                          outage_ms=config.outage_ms, quota_rps=config.quota_rps)
     if config.provider == "openai":
         # Lazy imports keep httpx / google-genai unloaded until a backend is built.
         from beam_agents.model.providers.openai_compat import (  # noqa: PLC0415
@@ -66,7 +67,8 @@ def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelP
 
 def _outage(config: ModelConfig) -> range:
     first = config.outage_first_call
-    return range(first, first + config.outage_calls) if first and config.outage_calls else range(0)
+    calls = 1 if config.outage_ms else config.outage_calls  # a span of time starts at `first`
+    return range(first, first + calls) if first and calls else range(0)
 
 
 def __getattr__(name: str) -> Any:

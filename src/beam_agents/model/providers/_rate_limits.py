@@ -73,9 +73,12 @@ def retry_after_s(headers: Mapping[str, str], *,
 
 
 def rate_limits(headers: Mapping[str, str]) -> RateLimits | None:
-    """OpenAI-style ``x-ratelimit-remaining-*`` and ``x-ratelimit-reset-*``; None if absent."""
+    """OpenAI-style ``x-ratelimit-limit-*``, ``-remaining-*`` and ``-reset-*``; None if absent."""
     values: dict[str, Any] = {}
     for kind in ("requests", "tokens"):
+        limit = _number(headers.get(f"x-ratelimit-limit-{kind}"))
+        if limit is not None and limit > 0:
+            values[f"limit_{kind}"] = int(limit)
         remaining = _number(headers.get(f"x-ratelimit-remaining-{kind}"))
         if remaining is not None:
             values[f"remaining_{kind}"] = int(remaining)

@@ -48,7 +48,10 @@ from beam_agents.errors import (
     QuotaExhaustedError,
     RateLimitedError,
 )
+from beam_agents.model._provider import account_digest
+from beam_agents.model._send_gate import RequestHeldBack
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
+from beam_agents.model.providers._gated_http import gated_transport
 from beam_agents.model.providers._loop_clients import LoopClients
 from beam_agents.model.providers._rate_limits import (
     quota_failure_ids,
@@ -136,6 +139,10 @@ def build_config(request: ModelRequest, system_instruction: str | None
                 name=spec["name"], description=spec.get("description"),
                 parameters_json_schema=spec.get("parameters")))
         options["tools"] = [types.Tool(function_declarations=declarations)]
+    if request.response_schema is not None:
+        # Gemini's own structured output: JSON, in the shape asked for.
+        options["response_mime_type"] = "application/json"
+        options["response_json_schema"] = dict(request.response_schema)
     return types.GenerateContentConfig(**options)
 
 
@@ -177,7 +184,7 @@ def translate_response(response: types.GenerateContentResponse, model_id: str
     finish = candidate.finish_reason
     return ModelResponse(text="".join(texts), model_id=model_id, tool_calls=tuple(calls),
                          finish_reason=None if finish is None else _enum_name(finish).lower(),
-                         usage=usage)
+                         usage=usage, response_id=getattr(response, "response_id", None) or None)
 
 
 def _enum_name(value: object) -> str:
@@ -246,12 +253,24 @@ class GeminiProvider:
         self._timeout_s = timeout_s
         self._clients = LoopClients(self._build_client, _close_client)
 
+    @property
+    def account(self) -> str:
+        """The quota this provider draws on: a digest of the project or key, and the model."""
+        return account_digest("gemini", self._project, self._location, self._api_key,
+                              self._base_url, self.model_id)
+
     def http_options(self) -> types.HttpOptions:
-        """The SDK HTTP options: our timeout (in ms) and no SDK retries."""
+        """The SDK HTTP options: our timeout (in ms), no SDK retries, and the gated transport.
+
+        A transport of our own also keeps the SDK on httpx (it prefers aiohttp
+        where that is installed), whose connections take the send gate's last
+        look before a request leaves (invariant 11).
+        """
         return types.HttpOptions(
             base_url=self._base_url,
             timeout=round(self._timeout_s * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),
+            async_client_args={"transport": gated_transport()},
         )
 
     def _build_client(self) -> genai.Client:
@@ -270,8 +289,8 @@ class GeminiProvider:
         try:
             response = await self._clients.current().aio.models.generate_content(
                 model=self.model_id, contents=contents, config=config)
-        except ModelError:
-            raise
+        except (ModelError, RequestHeldBack):
+            raise  # ours already; a held-back request was never sent (invariant 11)
         except Exception as exc:
             raise translate_error(exc, self.model_id) from exc
         return translate_response(response, self.model_id)

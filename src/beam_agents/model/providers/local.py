@@ -13,9 +13,11 @@ that does not start with ``#`` is one JSON object::
      "tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "42"}}],
      "finish_reason": "tool_calls"}
 
-* ``match`` (required, str): a case-sensitive substring of the last user
-  message; ``""`` matches everything (a catch-all). The first matching line
-  wins; when none matches, the template answers.
+* ``match`` (str): a case-sensitive, non-empty substring of the last user
+  message. A line without ``match`` answers every request (a catch-all, put
+  it last); ``"match": ""`` is refused, since an empty pattern reads as
+  "matches nothing" as easily as "everything". The first matching line wins;
+  when none matches, the template answers.
 * ``text`` (str, default ``""``) and ``tool_calls`` (list of ``{"name",
   "arguments"?, "id"?}``; ids default to ``call_<n>``): at least one is
   needed.
@@ -38,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +65,7 @@ _CLOSINGS = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScriptedReply:
-    """One line of a LocalModel script: a substring to match and the reply to give."""
+    """One line of a LocalModel script: a substring to match ("": any request) and the reply."""
 
     match: str
     text: str = ""
@@ -102,9 +105,13 @@ def _parse_line(doc: object, path: str, line_no: int) -> ScriptedReply:
     if unknown:
         raise _script_error(path, line_no, f"unknown keys {unknown}; allowed: "
                                            f"{sorted(_SCRIPT_KEYS)}")
-    match, text = doc.get("match"), doc.get("text", "")
+    match, text = doc.get("match", ""), doc.get("text", "")
     if not isinstance(match, str):
-        raise _script_error(path, line_no, "'match' (a str) is required")
+        raise _script_error(path, line_no, "'match' must be a str")
+    if "match" in doc and not match:
+        raise _script_error(path, line_no, "'match' is empty; give a non-empty substring of "
+                            "the last user message, or leave 'match' out for a reply to every "
+                            "request")
     if not isinstance(text, str):
         raise _script_error(path, line_no, "'text' must be a str")
     calls = _parse_tool_calls(doc.get("tool_calls", []), path, line_no)
@@ -191,21 +198,30 @@ class LocalModel:
         latency_ms: Artificial latency per call, for benchmarks.
         outage: Call numbers (from 1) that fail with `ProviderUnavailable`
             after the latency, as during a provider's transient outage.
+        outage_ms: With it, the outage is a span of time instead: every call
+            from the first of `outage` on fails until this many milliseconds
+            have passed since that call arrived (`clock`).
         quota_rps: A simulated account quota, requests per second; past it a
             call is refused at once with `RateLimitedError` (Retry-After 1 s).
         sleep: Awaitable sleep used for the latency; injectable for tests.
+        clock: Monotonic seconds, for a timed outage; injectable for tests.
 
     Attributes:
         rate_limited: Calls the simulated quota refused.
     """
 
     def __init__(self, model_id: str = "local", *, script: Sequence[ScriptedReply] = (),
-                 latency_ms: int = 0, outage: range = range(0), quota_rps: float | None = None,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+                 latency_ms: int = 0, outage: range = range(0), outage_ms: int = 0,
+                 quota_rps: float | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.model_id = model_id
         self._script = tuple(script)
         self._latency_ms = latency_ms
         self._outage = outage
+        self._outage_ms = outage_ms
+        self._outage_began: float | None = None
+        self._clock = clock
         self._quota = (AsyncLimiter(max(1.0, quota_rps), max(1.0, quota_rps) / quota_rps)
                        if quota_rps is not None else None)
         self._calls = 0
@@ -214,20 +230,30 @@ class LocalModel:
 
     @classmethod
     def from_script_file(cls, path: str, *, model_id: str = "local", latency_ms: int = 0,
-                         outage: range = range(0), quota_rps: float | None = None) -> LocalModel:
+                         outage: range = range(0), outage_ms: int = 0,
+                         quota_rps: float | None = None) -> LocalModel:
         """Build a LocalModel replaying the JSONL script at `path`."""
         return cls(model_id, script=load_script(path), latency_ms=latency_ms, outage=outage,
-                   quota_rps=quota_rps)
+                   outage_ms=outage_ms, quota_rps=quota_rps)
 
     def reply(self, request: ModelRequest) -> ModelResponse:
-        """Return the response for `request` without any latency."""
+        """Return the response for `request` without any latency.
+
+        A scripted reply wins; otherwise the template answers, and a request
+        with a response schema is answered in that shape (`schema_instance`).
+        """
         user_turns = [m for m in request.messages if m.get("role") == "user"]
         last_user = str(user_turns[-1].get("content") or "") if user_turns else ""
         usage_in = _words(request.messages)
         for line in self._script:
             if line.match in last_user:
                 return self._response(line.text, line.tool_calls, line.finish_reason, usage_in)
-        return self._response(template_reply(request.messages), (), "stop", usage_in)
+        text = template_reply(request.messages)
+        if request.response_schema is not None:
+            digest = hashlib.sha256(text.encode()).digest()
+            text = json.dumps(schema_instance(request.response_schema, text, digest),
+                              sort_keys=True)
+        return self._response(text, (), "stop", usage_in)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer after the configured latency; raises only inside a simulated outage.
@@ -245,14 +271,27 @@ class LocalModel:
             await self._quota.acquire(1)
         self._calls += 1
         call = self._calls
+        down = self._down(call)
         if self._latency_ms:
             await self._sleep(self._latency_ms / 1000)
-        if call in self._outage:
+        if down:
+            span = (f"{self._outage_ms} ms from call {self._outage.start}" if self._outage_ms
+                    else f"calls {self._outage.start}-{self._outage.stop - 1}")
             raise ProviderUnavailable(
-                f"simulated outage: call {call} answered 503 (the outage covers calls "
-                f"{self._outage.start}-{self._outage.stop - 1})", model_id=self.model_id,
-                status=503)
+                f"simulated outage: call {call} answered 503 (the outage covers {span})",
+                model_id=self.model_id, status=503)
         return self.reply(request)
+
+    def _down(self, call: int) -> bool:
+        """Whether the simulated outage covers `call`, which has just arrived."""
+        if not self._outage_ms:
+            return call in self._outage
+        if not self._outage or call < self._outage.start:
+            return False
+        now = self._clock()
+        if self._outage_began is None:
+            self._outage_began = now
+        return now - self._outage_began < self._outage_ms / 1000
 
     async def aclose(self) -> None:
         """Nothing to release."""
@@ -266,3 +305,51 @@ class LocalModel:
                  "total_tokens": prompt_words + completion}
         return ModelResponse(text=text, model_id=self.model_id, tool_calls=calls,
                              finish_reason=finish, usage=usage)
+
+
+def schema_instance(schema: Mapping[str, Any], text: str, digest: bytes, depth: int = 0,
+                    root: Mapping[str, Any] | None = None) -> Any:
+    """A value of `schema`, chosen from `text` and `digest`: the local model's structured answer.
+
+    Deterministic, like every local answer: an enum picks by the digest, a
+    string is the start of the template text, numbers and booleans come from
+    the digest, objects get every property, arrays one item.
+    """
+    root = schema if root is None else root
+    if depth > 8:
+        return None
+    reference = schema.get("$ref")
+    if isinstance(reference, str) and reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, Mapping) else {}
+        return schema_instance(target, text, digest, depth + 1, root)
+    for choice in ("anyOf", "oneOf"):
+        options = schema.get(choice)
+        if isinstance(options, list) and options:
+            return schema_instance(options[0], text, digest, depth + 1, root)
+    if schema.get("enum"):
+        return schema["enum"][digest[depth % len(digest)] % len(schema["enum"])]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        return {name: schema_instance(sub, text, digest, depth + 1, root)
+                for name, sub in properties.items() if isinstance(sub, Mapping)}
+    if kind == "array":
+        items = schema.get("items")
+        return [schema_instance(items, text, digest, depth + 1, root)] if isinstance(
+            items, Mapping) else []
+    if kind == "integer":
+        low = int(schema.get("minimum", 0))
+        return low + digest[depth % len(digest)] % 10
+    if kind == "number":
+        return float(schema.get("minimum", 0)) + digest[depth % len(digest)] / 255
+    if kind == "boolean":
+        return bool(digest[depth % len(digest)] % 2)
+    if kind == "null":
+        return None
+    return text[: int(schema.get("maxLength", 80))]

@@ -44,7 +44,9 @@ from beam_agents.errors import (
     QuotaExhaustedError,
     RateLimitedError,
 )
+from beam_agents.model._provider import account_digest
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall, tool_function
+from beam_agents.model.providers._gated_http import gated_transport
 from beam_agents.model.providers._loop_clients import LoopClients
 from beam_agents.model.providers._rate_limits import rate_limits, retry_after_s
 
@@ -83,6 +85,11 @@ class OpenAICompatibleProvider:
         self._clients = LoopClients(self._build_client, httpx.AsyncClient.aclose)
 
     @property
+    def account(self) -> str:
+        """The quota this provider draws on: a digest of the endpoint, the key and the model."""
+        return account_digest("openai", self._url, self._api_key, self.model_id)
+
+    @property
     def url(self) -> str:
         """The chat completions endpoint this provider posts to."""
         return self._url
@@ -93,7 +100,7 @@ class OpenAICompatibleProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         transport = self._transport
         if transport is None:
-            transport = httpx.AsyncHTTPTransport(retries=0)
+            transport = gated_transport()
         return httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(self._timeout_s),
@@ -108,6 +115,10 @@ class OpenAICompatibleProvider:
             body["tools"] = [{"type": "function", "function": dict(tool_function(t))}
                              for t in request.tools]
         body.update(request.sampling)
+        if request.response_schema is not None:
+            schema = dict(request.response_schema)
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": str(schema.get("title") or "response"), "schema": schema}}
         return body
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -158,7 +169,7 @@ class OpenAICompatibleProvider:
                                   200) from exc
         return ModelResponse(text=text, model_id=self.model_id, tool_calls=calls,
                              finish_reason=finish if isinstance(finish, str) else None,
-                             usage=usage)
+                             usage=usage, response_id=_response_id(doc.get("id")))
 
     @staticmethod
     def _tool_call(index: int, raw: Mapping[str, Any]) -> ToolCall:
@@ -222,3 +233,8 @@ def _error_code(reply: httpx.Response) -> str | None:
             return value
     code = error.get("code")
     return code if isinstance(code, str) else None
+
+
+def _response_id(value: object) -> str | None:
+    """The completion's ``id`` when it is a string (not every compatible server sends one)."""
+    return value if isinstance(value, str) and value else None

@@ -66,9 +66,11 @@ def test_a_burst_beyond_the_bucket_is_refused_with_the_styles_header(
 
 
 def test_a_request_inside_the_window_after_the_grace_is_early_and_one_after_it_is_not(
-        client: httpx.Client) -> None:
-    with QuotaServer(rps=1, burst=1, latency_ms=0, retry_after_s=0.5, retry_after_style="ms",
-                     early_grace_ms=100) as server:
+) -> None:
+    """Across connections: each request on a new one, as a pool of connections would."""
+    client = httpx.Client(timeout=5, limits=httpx.Limits(max_keepalive_connections=0))
+    with client, QuotaServer(rps=1, burst=1, latency_ms=0, retry_after_s=0.5,
+                             retry_after_style="ms", early_grace_ms=100) as server:
         assert chat(client, server, key="A").status_code == 200
         assert chat(client, server, key="A").status_code == 429  # opens A's window
         chat(client, server, key="A")  # inside the grace: already on the wire
@@ -85,6 +87,35 @@ def test_a_request_inside_the_window_after_the_grace_is_early_and_one_after_it_i
     (offset,) = stats.early_offsets_s
     assert 0.1 < offset < 0.5
     assert stats.by_key == {"A": 5, "B": 1}
+
+
+def test_a_request_on_the_connection_that_carried_a_429_is_early_with_no_grace(
+        client: httpx.Client) -> None:
+    """A client reads an answer whole before reusing its connection: it knew of the 429."""
+    with QuotaServer(rps=1, burst=1, latency_ms=0, retry_after_s=0.5, retry_after_style="ms",
+                     early_grace_ms=100) as server:
+        assert chat(client, server, key="A").status_code == 200
+        assert chat(client, server, key="A").status_code == 429
+        chat(client, server, key="A")  # at once, but on the same connection
+        time.sleep(0.6)
+        chat(client, server, key="A")  # after the window
+        stats = server.stats()
+    assert stats.early == 1 == server.early_on_connection
+    assert stats.early_by_key == {"A": 1}
+    assert stats.early_offsets_s[0] < 0.1
+
+
+def test_a_429s_window_opens_when_its_delayed_body_has_been_written(
+        client: httpx.Client) -> None:
+    """With a body delay, the window starts when the client could first read the 429."""
+    with QuotaServer(rps=1, burst=1, latency_ms=0, retry_after_s=0.5, retry_after_style="ms",
+                     body_delay_ms=200, early_grace_ms=20) as server:
+        assert chat(client, server, key="A").status_code == 200
+        began = time.monotonic()
+        assert chat(client, server, key="A").status_code == 429
+        assert time.monotonic() - began >= 0.2  # the body came late
+        stats = server.stats()
+    assert stats.early == 0
 
 
 def test_exhaust_answers_insufficient_quota_without_a_wait_and_takes_no_token(
@@ -107,9 +138,10 @@ def test_exhaust_answers_insufficient_quota_without_a_wait_and_takes_no_token(
 
 
 def test_exhausted_from_the_start_lifts_after_its_time(client: httpx.Client) -> None:
-    with QuotaServer(rps=5, latency_ms=0, exhausted_for_s=0.2) as server:
+    # Seconds, not fractions: the first request must arrive while it holds, on a busy machine.
+    with QuotaServer(rps=5, latency_ms=0, exhausted_for_s=2.0) as server:
         assert chat(client, server).status_code == 429
-        time.sleep(0.25)
+        time.sleep(2.05)
         assert chat(client, server).status_code == 200
     assert (server.stats().exhausted, server.stats().ok) == (1, 1)
 

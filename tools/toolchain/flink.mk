@@ -1,0 +1,25 @@
+# The native Flink job's keyed operator (src/beam_agents/flink/java/): PyFlink's
+# process-mode operator, with checkpoints that hold every timer the Python
+# function set (src/beam_agents/flink/_operator.py says why). Included from the
+# Makefile. Compiled with javac against the jars of the PyFlink in the dev venv,
+# so it always matches the Flink the job runs on (the apache-flink pin in
+# pyproject.toml is its pin), and packed into the package, git-ignored, where
+# beam_agents.flink finds it and a wheel built afterwards carries it.
+FLINK_OPERATOR_SRC := $(wildcard src/beam_agents/flink/java/*.java)
+FLINK_OPERATOR_JAR := src/beam_agents/flink/_jars/beam-agents-flink-operator.jar
+FLINK_OPERATOR_OUT := .toolchain/flink-operator
+
+.PHONY: flink-operator-jar
+
+$(FLINK_OPERATOR_JAR): $(FLINK_OPERATOR_SRC) $(VENV)/.installed tools/toolchain/flink.mk
+	@command -v javac >/dev/null || { echo "flink operator: javac is not on PATH (a Java 17 JDK: apt-get install openjdk-17-jdk-headless); it compiles the Flink job's keyed operator" >&2; exit 1; }
+	rm -rf $(FLINK_OPERATOR_OUT) && mkdir -p $(FLINK_OPERATOR_OUT)/classes $(dir $@)
+	pyflink="$$($(VENV)/bin/python -c 'import pathlib, pyflink; print(pathlib.Path(pyflink.__file__).parent)')" && \
+	javac --release 17 -nowarn -cp "$$pyflink/lib/*:$$pyflink/opt/*" \
+	    -d $(FLINK_OPERATOR_OUT)/classes $(FLINK_OPERATOR_SRC)
+	$(VENV)/bin/python -c 'import pathlib, sys, zipfile; root = pathlib.Path(sys.argv[2]); \
+	    z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED); \
+	    [z.write(f, f.relative_to(root).as_posix()) for f in sorted(root.rglob("*.class"))]; z.close()' \
+	    $@ $(FLINK_OPERATOR_OUT)/classes
+
+flink-operator-jar: $(FLINK_OPERATOR_JAR)
