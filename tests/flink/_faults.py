@@ -94,9 +94,11 @@ class _CrashingStore:
             log.write(f"{phase} {entity_key.decode()} {seq}\n")
         if self._config.flush_delay_ms:
             await asyncio.sleep(self._config.flush_delay_ms / 1000)
-        if (phase == "before" and entity_key == self._config.entity_key
-                and 0 < self._config.crash_seq <= seq
-                and _checkpointed(Path(self._config.committed_dir), entity_key)
+        due = (phase == "before" and entity_key == self._config.entity_key
+               and 0 < self._config.crash_seq <= seq)
+        if due:
+            await self._await_checkpoint(entity_key)
+        if (due and _checkpointed(Path(self._config.committed_dir), entity_key)
                 and len(others := sorted(agents.RUNNING - {entity_key}))
                 >= self._config.min_in_flight):
             Path(f"{marker}.in_flight").write_text("".join(f"{k.decode()}\n" for k in others))
@@ -105,6 +107,25 @@ class _CrashingStore:
                 os._exit(70)  # the Python worker dies outright, as under the OOM killer
             raise WorkerCrash(f"injected crash after the flush of seq {seq}")
         return receipt
+
+    async def _await_checkpoint(self, entity_key: bytes) -> None:
+        """Hold the entity's flush until a checkpoint covers it, for up to `CHECKPOINT_WAIT_S`.
+
+        On a loaded standalone cluster the first checkpoint can come tens of
+        seconds after the job starts, by when the entity may have run all its
+        events and the crash would never come. Holding this one flush slows
+        the entity (and, in arrival order, its subtask's input) until one has;
+        the others' activations and the checkpoints go on meanwhile.
+        """
+        directory = Path(self._config.committed_dir)
+        for _ in range(int(CHECKPOINT_WAIT_S / CHECKPOINT_POLL_S)):
+            if _checkpointed(directory, entity_key):
+                return
+            await asyncio.sleep(CHECKPOINT_POLL_S)
+
+
+#: How long the crashing flush waits for a checkpoint, and how often it looks.
+CHECKPOINT_WAIT_S, CHECKPOINT_POLL_S = 3.0, 0.1
 
 
 def _checkpointed(directory: Path, entity_key: bytes) -> bool:
