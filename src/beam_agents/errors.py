@@ -401,7 +401,7 @@ class ToolUnavailable(ToolError):
     """Raise it from a tool for a failure that a later try may not meet (an API that is down).
 
     The activation suspends and is retried, as it is for a provider outage;
-    the calls it already recorded are replayed, not run again (invariant 13).
+    the calls it already recorded are replayed, not run again.
     """
 
     retriable = True

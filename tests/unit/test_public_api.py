@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 
 import pytest
 
@@ -197,3 +199,40 @@ def test_an_unknown_name_on_the_author_door_is_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'Agentcontext'"):
         _ = beam_agents.Agentcontext
+
+
+#: What only the project's own notes mean: an invariant's number, a scenario ID, a seed's name.
+_INTERNAL_WORDS = re.compile(
+    r"\b(?i:invariants?) \d+|\bseed \d{3}\b|\b[A-Z]{1,2}\d{1,3}\b(?=[ ,.:;)])")
+
+
+def _author_docs() -> list[tuple[str, str]]:
+    """Every docstring ``help()`` shows for the author door and the test environment."""
+    import beam_agents  # noqa: PLC0415
+    import beam_agents.testing as testing  # noqa: PLC0415
+
+    objects = [(name, getattr(beam_agents, name)) for name in AUTHOR]
+    objects += [(f"testing.{name}", getattr(testing, name)) for name in testing.__all__]
+    docs = []
+    for name, obj in objects:
+        docs.append((name, inspect.getdoc(obj) or ""))
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if member.startswith("_") and member != "__init__":
+                    continue
+                if callable(value) or isinstance(value, (property, classmethod, staticmethod)):
+                    docs.append((f"{name}.{member}", inspect.getdoc(value) or ""))
+    return docs
+
+
+def test_what_help_shows_an_author_speaks_the_users_language() -> None:
+    """No invariant numbers, scenario IDs or seed names in the author door's help()."""
+    found = [f"{where}: {hit.group()}" for where, doc in _author_docs()
+             for hit in _INTERNAL_WORDS.finditer(doc)]
+    assert found == []
+
+
+def test_the_internal_words_check_sees_each_kind() -> None:
+    sample = "Runs once (invariant 9), as seed 000 says; see M18. Invariants 4 and 14."
+    assert [hit.group() for hit in _INTERNAL_WORDS.finditer(sample)] == [
+        "invariant 9", "seed 000", "M18", "Invariants 4"]

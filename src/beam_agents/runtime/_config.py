@@ -41,19 +41,19 @@ class AgentConfig:
             pickles its config onto the workers, so give it the string (or a
             module-level function); a test may pass any callable.
         model: The model provider configuration.
-        compactor: Frees working memory at the caps (seed 000); picklable.
+        compactor: Frees working memory when it reaches its caps; picklable.
             None means warn and reject at the caps without compacting.
         timeout_ms: Wall time one activation may take before it fails with
             stage TIMEOUT; in [1, 3 600 000].
         longterm_memory: The long-term store, or None to disable
-            ``ctx.memory.longterm`` (seed 000, M18).
+            ``ctx.memory.longterm``.
         max_intent_bytes: Largest payload an intent may carry; a larger one
             fails the activation with stage OUTPUT (Pub/Sub allows 10 MB).
         traceback_bytes: Bound on the traceback kept in an error record.
         max_event_bytes: Largest input element (``--max_event_bytes``), in
             [1 024, 67 108 864]; 1 MiB by default. A larger one is a DECODE
             dead letter holding its size, its sha256 and a 4 KiB prefix, and
-            never reaches the agent or keyed state (invariant 8).
+            never reaches the agent or keyed state.
         max_in_flight: Activations of different keys a worker runs at once
             (``--max_in_flight``), in [1, 10 000]; a key never runs two.
         agent_threads: Threads for sync agents (``--agent_threads``), in
@@ -62,9 +62,10 @@ class AgentConfig:
         max_queued_per_key: Events one key may hold queued, its running one
             included (``--max_queued_per_key``), in [1, 10 000 000]; 10 000 by
             default. The key's next event past it is a BACKLOG dead letter
-            carrying the event, so keyed state stays bounded (invariant 4).
+            carrying the event, so keyed state stays bounded.
         retry: When a retriable failure is retried and when it gives up.
-        call_journal: The durable model-call journal, or None (invariant 9).
+        call_journal: The durable model-call journal, which lets a retried
+            activation replay the answers it already paid for, or None.
         call_journal_ttl_ms: How long a journal entry lives
             (``--call_journal_ttl_ms``), in [60 000, 31 536 000 000]; a week
             by default, so a restore from a savepoint up to a week old
@@ -72,8 +73,8 @@ class AgentConfig:
         max_tokens_per_entity: Tokens (prompt plus completion) one entity may
             pay for per budget window (``--max_tokens_per_entity``), in
             [1, 10**12]; past it the activation is a BUDGET dead letter and
-            nothing more is paid for the entity until the window resets
-            (invariant 12). None: no budget.
+            nothing more is paid for the entity until the window resets.
+            Replayed answers are never counted again. None: no budget.
         budget_window_ms: The budget window, in event time
             (``--budget_window_ms``), in [60 000, 31 536 000 000]; a day by
             default. Windows are aligned to multiples of it.
@@ -83,7 +84,7 @@ class AgentConfig:
             stage TOOL, before the tool runs.
         max_pending_waits: Waits for an answer one entity may have pending
             (``--max_pending_waits``), in [1, 1 000]; 16 by default. The next
-            one fails the activation with stage WAIT (invariants 4 and 14).
+            one fails the activation with stage WAIT.
         tracing: Where spans and GenAI metrics are exported
             (``--otel_exporter_otlp_endpoint``); None, the default: tracing off.
     """

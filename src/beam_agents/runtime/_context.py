@@ -45,8 +45,10 @@ class AgentContext:
     Attributes:
         event: The input `AgentEvent`.
         entity_key: The entity this activation runs for.
-        seq: This activation's number; committed seqs grow by one (invariant 6).
-        now_ms: The event time, the only clock an agent should use (invariant 2).
+        seq: This activation's number for the entity; each committed
+            activation's is one more than the last.
+        now_ms: The event time, the only clock an agent should use: a retry
+            or a replay sees the same time, so it decides the same way.
         memory: Working memory; ``memory.longterm`` reaches the long-term store.
         model: The replay-cached model facade; ``model.run_tools`` runs a tool loop.
         tools: The agent's tools, each call recorded and never run twice
@@ -89,7 +91,7 @@ class AgentContext:
         return json.loads(self.event.payload)
 
     def emit(self, kind: str, payload: object = b"") -> None:
-        """Stage an intent; it is published only if the activation commits (invariant 1).
+        """Stage an intent; it is published only if the activation commits.
 
         Raises:
             ValueError: `kind` is empty, or the payload holds NaN/Infinity.
