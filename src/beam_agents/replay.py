@@ -19,7 +19,7 @@ sampled evenly across keys, runs those activations to the end (still running
 no tool the journal does not hold), and reports how many decisions (intents)
 changed and what the calls cost. Exit 0 when nothing differs, no tool would
 run and the requests it would pay are at most ``--max_new_calls``; 1
-otherwise; 2 for a usage error. Why: docs/design.md, "Replaying an agent".
+otherwise; 2 for a usage error. Why: docs/decisions/0010-replaying-an-agent.md.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beam_agents._canonical import canonical_json
 from beam_agents._replay_diff import intent_difference, setting_mismatches
 from beam_agents.errors import ConfigError, ProviderRejected, ToolNotRecordedError
 from beam_agents.hosting import (
@@ -253,8 +254,10 @@ def _expected(path: str | None) -> Expected | None:
             if line.strip():
                 doc = json.loads(line)
                 key = doc.get("entity_key", doc.get("entity_key_b64"))
+                # Re-encoded, so a file whose lines were rewritten (keys
+                # reordered, spaces added) still compares byte for byte.
                 expected[(str(key), str(doc.get("event_id")))].append(
-                    json.dumps(doc, sort_keys=True))
+                    canonical_json(doc).decode("utf-8"))
     return expected
 
 
@@ -289,7 +292,8 @@ def _check(config: AgentConfig, journal: _ReadOnlyJournalConfig,
 
 
 def _intents(outcome: Any) -> list[str]:
-    return ([json.dumps(json.loads(intent_to_json(intent)), sort_keys=True)
+    """The committed intents as the lines a pipeline writes: canonical JSON."""
+    return ([intent_to_json(intent).decode("utf-8")
              for intent in outcome.intents] if isinstance(outcome, Committed) else [])
 
 
