@@ -14,7 +14,7 @@ logs the whole environment it starts the Python worker with when it closes
 it (at INFO, and at WARN when the cleanup fails, as it does when a bounded
 job ends), so a key in a task manager's environment lands in the task
 manager's log. The environment-variable run therefore uses the log4j setting
-templates/flink/README.md prescribes (`QUIET_ENVIRONMENT_LOG`); the secret
+docs/operations.md prescribes (`QUIET_ENVIRONMENT_LOG`); the secret
 run needs none.
 """
 
@@ -38,12 +38,12 @@ pytestmark = pytest.mark.timeout(300)
 
 SECRET = "projects/my-project/secrets/model-api-key/versions/1"
 VAR = "BEAM_AGENTS_TEST_MODEL_KEY"
-#: The log4j lines templates/flink/README.md tells a cluster to add with --model_api_key_env.
+#: The log4j lines docs/operations.md tells a cluster to add with --model_api_key_env.
 QUIET_ENVIRONMENT_LOG = """
 logger.beam_environment.name = org.apache.beam.runners.fnexecution.control.DefaultJobBundleFactory
 logger.beam_environment.level = ERROR
 """
-README = Path(__file__).resolve().parents[2] / "templates" / "flink" / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 @pytest.fixture
@@ -106,6 +106,6 @@ def test_a_minicluster_job_reads_the_key_in_open_and_sends_it_to_the_model(
         assert key not in log.read_text(errors="replace"), log.name
 
 
-def test_the_readme_prescribes_the_log_setting_the_environment_way_needs() -> None:
-    readme = {line.strip() for line in README.read_text(encoding="utf-8").splitlines()}
-    assert set(QUIET_ENVIRONMENT_LOG.strip().splitlines()) <= readme
+def test_the_operations_guide_prescribes_the_log_setting_the_environment_way_needs() -> None:
+    guide = {line.strip() for line in GUIDE.read_text(encoding="utf-8").splitlines()}
+    assert set(QUIET_ENVIRONMENT_LOG.strip().splitlines()) <= guide

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]
 FLINK = ROOT / "templates" / "flink"
 README = FLINK / "README.md"
+OPERATIONS = ROOT / "docs" / "operations.md"
 BUILD_JAR = FLINK / "build_beam_jar.sh"
 SCRIPTS = sorted(FLINK.glob("*.sh"))
 
@@ -50,7 +51,10 @@ OTHER_PROGRAM_FLAGS = {
 
 
 def readme() -> str:
-    return README.read_text(encoding="utf-8")
+    """The template's README and the Flink section of docs/operations.md, whose commands run it."""
+    guide = OPERATIONS.read_text(encoding="utf-8")
+    start = guide.index("\n## Running on Flink\n")
+    return README.read_text(encoding="utf-8") + guide[start:guide.index("\n## ", start + 1)]
 
 
 @cache
