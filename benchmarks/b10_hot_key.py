@@ -4,7 +4,7 @@ Each key's events run one after another (invariant 1), so a hot key cannot
 be faster per event than a spread load; what it must not be is slower. The
 per-key queue used to be parsed whole to pick its head and rewritten whole
 to drop it, so a key's n-th event cost O(n) and a backlog cost O(n^2). It
-now costs O(log n) per event (see docs/design.md, "The per-key queue").
+now costs O(log n) per event (see docs/decisions/0009-per-key-queue.md).
 
 Two runs of `beam-agents run` (the DirectRunner batch path, the README's
 `chat` agent, the local model at 0 ms) at the same size: 1 key x N events,

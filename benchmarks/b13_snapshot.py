@@ -1,7 +1,7 @@
 """B13. The state snapshot's cost: writing and reading 10,000 keys, and its share of a batch run.
 
 A batch run with ``--state_snapshot`` reads every key's record at its start
-and writes every key's record at its end (docs/design.md, "State between
+and writes every key's record at its end (docs/operations.md, "State between
 batch runs"). Two measurements:
 
 * **Per 10,000 keys, files store.** Real records: a ``beam-agents run`` of

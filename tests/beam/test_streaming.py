@@ -10,7 +10,7 @@ Prism (`--runner=PrismRunner`, the binary `make prism` builds for this Beam
 line) runs the same tests with its SDK harness in this process (LOOPBACK). Its
 processing-time clock under a TestStream is synthetic: a wake set for the wall
 clock is rebased onto the stream's clock and fires as soon as nothing else is
-due, and a cleared one fires at once. docs/design.md ("Waking a key") says what
+due, and a cleared one fires at once. docs/decisions/0013-waking-a-key.md says what
 the DoFn does about both. Prism 2.61 (the dev line's) stops such a pipeline
 with "nothing in progress and no refreshes with non zero pending elements", so
 only the Beam-latest line's Prism runs them.

@@ -8,6 +8,7 @@ heading of its target file, slugged the way GitHub slugs headings.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -16,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = [README, *DOCS]
+DECISIONS = sorted((ROOT / "docs" / "decisions").glob("*.md"))
+PAGES = [README, *DOCS, *DECISIONS, *sorted((ROOT / "templates").glob("*/README.md"))]
 
 #: A newcomer reads the README in five minutes; the rest lives in docs/.
 README_MAX_BYTES = 12_288
@@ -145,3 +147,50 @@ def test_the_link_checker_sees_what_it_checks(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(text, encoding="utf-8")
     assert anchors(page) == {"title", "a-flag-why"}
+
+
+#: Where code and pages cite the design: its sections by title, its decision records by path.
+_CITING = ["src", "tests", "templates", "tools", "benchmarks", "docs", "README.md",
+           "CONTRIBUTING.md", "Makefile"]
+_SECTION_CITATION = re.compile(r'design\.md[,(:]?\s*\(?((?:"[^"]+"(?:,\s*|\s+and\s+)?)+)')
+_RECORD_CITATION = re.compile(r"docs/decisions/[\w.-]+\.md")
+
+
+def _citing_texts() -> Iterator[tuple[Path, str]]:
+    for name in _CITING:
+        path = ROOT / name
+        files = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*") if p.suffix in {".py", ".md", ".sh", ".mk", ".txt"}
+            and ".pytest-tmp" not in p.parts and "__pycache__" not in p.parts)
+        for file in files:
+            if file == Path(__file__):
+                continue
+            # A citation may wrap across lines of a docstring or a comment.
+            yield file, re.sub(r"\s*\n\s*(?:#+\s*)?", " ", file.read_text(encoding="utf-8"))
+
+
+def design_citations() -> list[tuple[Path, str, str]]:
+    """Each ``design.md, "Section"`` and ``docs/decisions/…`` citation: (file, kind, what)."""
+    found = []
+    for file, text in _citing_texts():
+        for match in _SECTION_CITATION.finditer(text):
+            found += [(file, "section", title) for title in re.findall(r'"([^"]+)"', match[1])]
+        found += [(file, "record", match[0]) for match in _RECORD_CITATION.finditer(text)]
+    return found
+
+
+def test_every_citation_of_the_design_names_a_section_or_record_that_exists() -> None:
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in design.splitlines() if line.startswith("#")]
+    stale = [f"{file.relative_to(ROOT)}: {what}" for file, kind, what in design_citations()
+             if (kind == "section" and not any(h.startswith(what) for h in headings))
+             or (kind == "record" and not (ROOT / what).is_file())]
+    assert not stale, "\n".join(stale)
+
+
+def test_the_citation_check_finds_wrapped_and_listed_citations() -> None:
+    text = re.sub(r"\s*\n\s*(?:#+\s*)?", " ", 'see docs/design.md, "The call\n    #  journal" and '
+                  'docs/design.md ("Model API keys", "Tools and waits"); docs/decisions/x.md')
+    sections = [t for m in _SECTION_CITATION.finditer(text) for t in re.findall(r'"([^"]+)"', m[1])]
+    assert sections == ["The call journal", "Model API keys", "Tools and waits"]
+    assert _RECORD_CITATION.findall(text) == ["docs/decisions/x.md"]

@@ -1,7 +1,6 @@
 """AgentDoFn: the streaming host, a stateful DoFn over the shared `KeyedEngine`.
 
-It only translates between Beam and the engine (docs/design.md, "How each
-engine runs it"):
+It only translates between Beam and the engine (docs/decisions/0003-one-engine-per-key.md):
 
 * keyed state holds the activation cells (`CELLS`), the queue's (`QUEUE_CELLS`)
   and the watermark the key has seen pass; `process` queues the event before
@@ -180,8 +179,7 @@ class AgentDoFn(beam.DoFn):
         synthetic (Prism's under a TestStream, and Prism 2.61's always) fires
         it as soon as nothing else is due. Either way the key waits, up to
         `_MAX_EARLY_WAKE_MS`, for its activation or its retry time, instead of
-        being called back on every pass of the runner (docs/design.md,
-        "Waking a key").
+        being called back on every pass of the runner (docs/decisions/0013-waking-a-key.md).
         """
         shared = self._require_shared()
         _wait_out_early_wake(shared, key, fired.micros // 1000)

@@ -5,8 +5,8 @@ cells (`CELLS` and `QUEUE_CELLS`), hands them to `KeyedEngine` in a callback
 that has the key in scope, and routes the lines that come back; activations
 run on the runtime's loop while the operator goes on with other keys. How the
 event orders, the end-of-input rounds, checkpoints, savepoints and the two
-Python execution modes play out is in docs/design.md, "How each engine runs
-it" and "Flink's Python execution modes" (invariants 8, 9 and 10).
+Python execution modes play out is in docs/decisions/0003-one-engine-per-key.md
+and docs/decisions/0015-flink-python-execution-modes.md (invariants 8, 9 and 10).
 """
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def _file_sink(path: str, prefix: str) -> FileSink:
 
 
 #: Bundle sizes `FlinkJobOptions.bundle_size` = None picks, by event order; in
-#: event time PyFlink's own (docs/design.md, "Flink's Python execution modes").
+#: event time PyFlink's own (docs/decisions/0015-flink-python-execution-modes.md).
 AUTO_BUNDLE_SIZE = {"event_time": 100_000, "arrival": 16}
 
 

@@ -14,8 +14,8 @@ topic nothing else calls it back; on a file, only another event of its own.
 instead (``java/``, built by ``make flink-operator-jar``), which applies the
 pending registrations after the barrier's bundle and before the snapshot, as
 PyFlink already does before it advances the watermark. Thread mode registers
-timers synchronously and keeps PyFlink's operator. docs/design.md, "Timers
-across a restore", has the measurements.
+timers synchronously and keeps PyFlink's operator.
+docs/decisions/0016-timers-across-a-restore.md has the measurements.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The host's front door: flags and JSON become an `AgentConfig`, and a config a running runtime.
 
 Every host goes through here; the core names no backend. Why, and how API keys
-reach the workers: docs/design.md ("The edge wiring", "Model API keys").
+reach the workers: docs/decisions/0008-edge-wiring.md and docs/design.md,
+"Model API keys".
 
 An agent's author needs none of this (``import beam_agents`` holds their
 names). A host, something that runs agents over its own input and keyed

@@ -1,6 +1,6 @@
 """The agent, model and store flags, declared once so a job keeps them across engines.
 
-Mapped onto configs by `beam_agents.hosting._mapping`; docs/design.md, "The edge wiring".
+Mapped onto configs by `beam_agents.hosting._mapping`; docs/decisions/0008-edge-wiring.md.
 """
 
 from __future__ import annotations

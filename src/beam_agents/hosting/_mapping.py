@@ -1,6 +1,6 @@
 """Flags and plain data (a JSON config) become an `AgentConfig`, in one tested place.
 
-STYLE: only entry points map options to configs; docs/design.md, "The edge wiring".
+STYLE: only entry points map options to configs; docs/decisions/0008-edge-wiring.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A config becomes a running runtime on the worker: the agent, its clients, its API key.
 
-Keys are read here, never carried in a config; docs/design.md, "The edge wiring"
-and "Model API keys".
+Keys are read here, never carried in a config; docs/decisions/0008-edge-wiring.md
+and docs/design.md, "Model API keys".
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def start_runtime(config: AgentConfig, *, metrics: MetricsSink | None = None,
     if journal is None and config.call_journal is not None:
         journal = config.call_journal.open()
     # With a journal, what this worker learns of the provider's quota is kept
-    # for the next run; each worker keeps its own row (docs/design.md, "Flow control").
+    # for the next run; each worker keeps its own row (docs/decisions/0007-flow-control.md).
     rates = None if journal is None else RateMemory(
         journal, account=provider_account(model), worker=uuid.uuid4().hex, wall_ms=wall_ms)
     return ActivationRuntime(config, agent=agent, provider=model, store=store, journal=journal,

@@ -23,7 +23,7 @@ the activation timeout (`WaitLedger`), so a tight quota slows a run instead
 of timing out its activations.
 
 Tokens go through aiolimiter's leaky bucket of a minute, as providers define
-tokens per minute (see the design notes for why not Beam's
+tokens per minute (docs/decisions/0007-flow-control.md says why not Beam's
 ``AdaptiveThrottler``). Requests are spaced rather than bucketed: a bucket
 of one request is a spacing, whose whole state is when the last request
 left, so `_Spacing` keeps that instant and a new rate applies exactly.

@@ -120,7 +120,7 @@ def agent(function: Callable[..., Any] | None = None, *, tools: Sequence[Any] = 
             ``ctx.tools.call`` and ``ctx.model.run_tools`` may run.
         mcp: MCP servers whose tools join them.
         memory_version: The working-memory version (see "Working-memory
-            versions" in the design notes); with `migrate` for older memory.
+            versions" in docs/design.md); with `migrate` for older memory.
         migrate: ``migrate(old_version, memory)``, sync or async.
 
     Raises:

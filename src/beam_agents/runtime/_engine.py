@@ -317,7 +317,10 @@ class KeyedEngine:
         return Step(tuple(lines), self._wake_at(key, after, now_ms), held_until)
 
     def await_running(self, key: Hashable, *, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for the key's activation to end (design notes, "Waking a key")."""
+        """Wait up to `timeout_s` for the key's activation to end.
+
+        Why a host waits: docs/decisions/0013-waking-a-key.md.
+        """
         self._scheduler.wait_for(key, timeout_s)
 
     def _observe_head_age(self, key: Hashable, cells: KeyCells, now_ms: int) -> None:
@@ -349,8 +352,8 @@ class KeyedEngine:
     def settle(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
         """One round of a bounded input's end: finish the key's running activation, start its next.
 
-        Hosts call it for every key, round after round (docs/design.md, "Event
-        order on every host"). A round waits for a free slot rather than
+        Hosts call it for every key, round after round
+        (docs/decisions/0011-event-order.md). A round waits for a free slot rather than
         skipping the key, and drains only a key whose head waits out a retry.
         Returns with the next activation running (`Step.wake_at_ms` set), or
         with the queue empty.
@@ -378,7 +381,7 @@ class KeyedEngine:
         The caller (and with it the input) waits while the key has more than
         `max_ahead` events queued, its running one included, or while its next
         event waits for a slot; never for a suspended key's backoff, so the
-        other keys go on (invariant 10; docs/design.md, "Bounded backlogs"), nor
+        other keys go on (invariant 10; docs/decisions/0012-bounded-backlogs.md), nor
         for an open breaker, which a timer waits out as it does a backoff.
         """
         lines = list(step.lines)
@@ -511,7 +514,7 @@ def _empty_cache(cells: KeyCells) -> None:
     """Drop the head's paid calls once it has run: they serve its seq only (invariant 3).
 
     Kept, every activation would parse and every commit write calls that no
-    later seq looks up (docs/design.md, "The replay cache between activations").
+    later seq looks up (docs/decisions/0014-replay-cache-between-activations.md).
     """
     held = cells.state.llm_cache.read()
     if held and bytes(held) != _EMPTY_CACHE:

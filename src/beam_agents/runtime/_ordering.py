@@ -7,7 +7,7 @@ once the watermark has passed its event time plus `max_out_of_orderness_ms`,
 and within that much disorder the order is exact. An event that arrives after
 its key has already run past it is *late*: it runs on arrival and is counted,
 or, with ``late_events="dead_letter"``, becomes a LATE dead letter. The
-design notes ("Event time on streaming hosts") give the defaults' reasons.
+decision record docs/decisions/0011-event-order.md gives the defaults' reasons.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A streaming job keeps each key's cells in the runner, and a Flink savepoint
 carries them; a batch run starts from whatever its hosts hand it. A state
-snapshot (`beam_agents.runtime._snapshot_parts`; docs/design.md, "State
+snapshot (`beam_agents.runtime._snapshot_parts`; docs/operations.md, "State
 between batch runs") hands it each key's record:
 
 * **A key's record** (`KeyStateSnapshot`) holds every cell the engine keeps
