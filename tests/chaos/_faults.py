@@ -460,11 +460,11 @@ def drive(runtime: ActivationRuntime, events: Iterable[AgentEvent], *,
     lines: list[tuple[str, bytes]] = []
     for event in events:
         key_cells = by_key.setdefault(event.entity_key, fresh_cells())
-        step = engine.offer(event.entity_key, key_cells,
+        step = engine.on_element(event.entity_key, key_cells,
                             event.SerializeToString(deterministic=True), clock())
         lines.extend(step.lines)
     for key, key_cells in by_key.items():
-        lines.extend(engine.drain(key, key_cells, clock_ms=clock).lines)
+        lines.extend(engine.on_end_of_input(key, key_cells, clock_ms=clock).lines)
     return Driven(lines, by_key)
 
 

@@ -11,7 +11,7 @@ submit, the stop-with-savepoint that ``flink stop --savepointPath`` sends
 The model is an OpenAI-compatible server in the test process with 200 ms of
 latency: what it counts outlives every worker, stop and restore, so it counts
 exactly what was paid. Events run as they arrive (``--event_order arrival``),
-and each key's backpressure (`KeyedEngine.hold`) paces the file source, so
+and each key's backpressure (`KeyedEngine.wait_for_room`) paces the file source, so
 the source is still reading when a stop comes: each event carries 32 KiB of
 attributes, so the network buffers between the source and the agent hold a
 few events, not the file. (Without them the source reads the whole file at

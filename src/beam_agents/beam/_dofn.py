@@ -138,14 +138,14 @@ class AgentDoFn(beam.DoFn):
         release: Any = _RELEASE_TIMER,
         end_of_input: Any = _END_OF_INPUT_TIMER,
     ) -> Iterator[Any]:
-        """Queue the event durably (late ones as the ordering says), then pump the key."""
+        """Queue the event durably (late ones as the ordering says), then wake the key."""
         shared = self._require_shared()
         key, event = element
         end_of_input.set(_FIRST_ROUND)
         cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
                          queue_meta, attempt, retry_at)
         seen = watermark.read()
-        refused = shared.engine.admit(key, cells, event, ordering=self._ordering,
+        refused = shared.engine.enqueue_unbounded(key, cells, event, ordering=self._ordering,
                                       watermark_ms=seen)
         step = self._pump(shared, key, cells, seen)
         if refused is not None:
@@ -246,11 +246,11 @@ class AgentDoFn(beam.DoFn):
                          queue_meta, attempt, retry_at)
         engine = shared.engine
         if fired < _DRAIN:
-            step = engine.settle(key, cells, clock_ms=wall_ms)
+            step = engine.on_end_of_input_round(key, cells, clock_ms=wall_ms)
             if step.wake_at_ms is not None:
                 end_of_input.set(Timestamp(micros=fired.micros + 1))
         else:
-            step = engine.drain(key, cells, clock_ms=wall_ms)
+            step = engine.on_end_of_input(key, cells, clock_ms=wall_ms)
         release.clear()
         # The next round calls back for the activation this one started; a
         # wake timer as well would be one more callback per activation.
@@ -269,7 +269,7 @@ class AgentDoFn(beam.DoFn):
     def _pump(self, shared: SharedEngine, key: Hashable, cells: KeyCells,
               watermark_ms: int | None) -> Step:
         ordering = self._ordering
-        return shared.engine.pump(
+        return shared.engine.on_wake(
             key, cells, wall_ms(), ready_through_ms=ordering.ready_through(watermark_ms),
             waits_through_ms=None if ordering.by_event_time else watermark_ms or EARLIEST_MS)
 

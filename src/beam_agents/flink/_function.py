@@ -162,7 +162,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             step = Step(lines, None)
         else:
             now = timers.current_processing_time()
-            step = engine.hold(key, self._cells, engine.pump(key, self._cells, now),
+            step = engine.wait_for_room(key, self._cells, engine.on_wake(key, self._cells, now),
                                clock_ms=wall_ms, max_ahead=MAX_AHEAD)
             step = Step((*lines, *step.lines), step.wake_at_ms)
         yield from self._emit(step, timers)
@@ -176,26 +176,27 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         drain = event_time and timestamp >= END_OF_INPUT_MS
         if self._ordering is not None and not drain:
             # A wake or a release: either way, run what the watermark lets through.
-            step = engine.pump(key, self._cells, timers.current_processing_time(),
+            step = engine.on_wake(key, self._cells, timers.current_processing_time(),
                                ready_through_ms=self._ordering.ready_through(
                                    self._seen(timers, timestamp if event_time else None)))
         elif not event_time:
-            step = engine.pump(key, self._cells, timers.current_processing_time())
+            step = engine.on_wake(key, self._cells, timers.current_processing_time())
         elif drain:
-            step = engine.drain(key, self._cells, clock_ms=wall_ms)
+            step = engine.on_end_of_input(key, self._cells, clock_ms=wall_ms)
         else:  # the next round's timer, set with the event, settles what this one starts
-            step = Step(engine.settle(key, self._cells, clock_ms=wall_ms).lines, None)
+            round_ = engine.on_end_of_input_round(key, self._cells, clock_ms=wall_ms)
+            step = Step(round_.lines, None)
         yield from self._emit(step, timers, report=drain)
 
     def _admit(self, key: Any, event: bytes, timers: Any) -> Iterator[Any]:
-        """Queue an event of an unbounded input (late ones as the ordering says), then pump."""
+        """Queue an unbounded input's event (late ones as the ordering says), then wake the key."""
         assert self._engine is not None and self._ordering is not None
         watermark = self._seen(timers, None)
-        refused = self._engine.admit(key, self._cells, event, ordering=self._ordering,
+        refused = self._engine.enqueue_unbounded(key, self._cells, event, ordering=self._ordering,
                                      watermark_ms=watermark)
         if self._engine.queue_length(key, self._cells) == 1:  # one drain per key
             timers.register_event_time_timer(END_OF_INPUT_MS)
-        step = self._engine.pump(key, self._cells, timers.current_processing_time(),
+        step = self._engine.on_wake(key, self._cells, timers.current_processing_time(),
                                  ready_through_ms=self._ordering.ready_through(watermark))
         lines = () if refused is None else (refused,)
         yield from self._emit(Step((*lines, *step.lines), step.wake_at_ms, step.held_until_ms),

@@ -75,7 +75,7 @@ class KeyRuns:
             cells = KeyCells.in_process()
         for event in events:
             self._engine.enqueue(key, cells, event, capped=False)
-        step = self._engine.pump(key, cells, self._clock_ms(),
+        step = self._engine.on_wake(key, cells, self._clock_ms(),
                                  waits_through_ms=self.waits_through_ms)
         if step.wake_at_ms is not None:
             self._active[key] = _Active(cells, step.wake_at_ms)
@@ -95,7 +95,7 @@ class KeyRuns:
             for key, active in list(self._active.items()):
                 if not self._due(key, active, now):
                     continue
-                step = self._engine.pump(key, active.cells, now,
+                step = self._engine.on_wake(key, active.cells, now,
                                          waits_through_ms=self.waits_through_ms)
                 lines.extend(step.lines)
                 if step.wake_at_ms is None:

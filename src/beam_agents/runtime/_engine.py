@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import warnings
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
@@ -97,7 +98,7 @@ class Next:
     * ``"retry"``: its head is suspended until ``at_ms`` (processing time);
     * ``"no_slot"``: its head could start, but every slot of the runtime is taken;
     * ``"breaker_open"``: its head could start, but the provider's circuit
-      breaker holds starts (invariant 11); `KeyedEngine.pump` counts that as
+      breaker holds starts (invariant 11); `KeyedEngine.on_wake` counts that as
       a failed attempt the activation never ran for;
     * ``"held"``: its head waits for the watermark to pass ``at_ms`` (its event time).
     """
@@ -112,7 +113,7 @@ class Step:
 
     Attributes:
         lines: Output lines in order, each to the intents or the errors output.
-        wake_at_ms: Processing time at which the host must call `KeyedEngine.pump`
+        wake_at_ms: Processing time at which the host must call `KeyedEngine.on_wake`
             for this key again; None when the key has nothing queued or running.
         held_until_ms: The event time the watermark must pass before the key's
             next event may run (its own); None unless the key is held.
@@ -123,8 +124,31 @@ class Step:
     held_until_ms: int | None = None
 
 
+def _renamed(old: str, new: str) -> Callable[..., Step | tuple[Channel, bytes] | None]:
+    """A `KeyedEngine` method under its old name: calls the new one, with a DeprecationWarning."""
+
+    def call(self: KeyedEngine, *args: object, **kwargs: object) -> Any:
+        warnings.warn(f"KeyedEngine.{old} is renamed KeyedEngine.{new}; the old name goes "
+                      "in the next release", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)(*args, **kwargs)
+
+    call.__name__ = old
+    call.__doc__ = f"Deprecated: use `{new}`."
+    return call
+
+
 class KeyedEngine:
     """Runs each key's queue through a `Scheduler`, applying outcomes to the key's cells.
+
+    A host calls it from its runner's callbacks, each method named after the
+    callback that calls it, and does what the returned `Step` says (emit its
+    lines, set a timer at `wake_at_ms`):
+
+    - `on_element`: an event arrived (`enqueue` or `enqueue_unbounded` to
+      queue without starting);
+    - `on_wake`: a timer fired, or any other callback for the key;
+    - `wait_for_room`: after an element in arrival order, backpressure;
+    - `on_end_of_input_round` and `on_end_of_input`: a bounded input ended.
 
     Args:
         scheduler: Where activations run.
@@ -184,15 +208,16 @@ class KeyedEngine:
         self._metrics.observe(NAMESPACE, "queue_length", length)
         return None
 
-    def offer(self, key: Hashable, cells: KeyCells, event: bytes, now_ms: int) -> Step:
-        """Queue `event` durably for `key`, then `pump`."""
+    def on_element(self, key: Hashable, cells: KeyCells, event: bytes, now_ms: int) -> Step:
+        """An event arrived: queue it durably for `key`, then do what `on_wake` does."""
         refused = self.enqueue(key, cells, event)
-        step = self.pump(key, cells, now_ms)
+        step = self.on_wake(key, cells, now_ms)
         return step if refused is None else dataclasses.replace(
             step, lines=(refused, *step.lines))
 
-    def admit(self, key: Hashable, cells: KeyCells, event: bytes, *, ordering: EventOrdering,
-              watermark_ms: int | None) -> tuple[Channel, bytes] | None:
+    def enqueue_unbounded(self, key: Hashable, cells: KeyCells, event: bytes, *,
+                          ordering: EventOrdering,
+                          watermark_ms: int | None) -> tuple[Channel, bytes] | None:
         """`enqueue` on an unbounded input: a late event is counted, or dead-lettered.
 
         Args:
@@ -271,7 +296,7 @@ class KeyedEngine:
         count_dead_letter(self._metrics, record)
         return "errors", error_to_json(record)
 
-    def pump(self, key: Hashable, cells: KeyCells, now_ms: int, *, wait_s: float = 0.0,
+    def on_wake(self, key: Hashable, cells: KeyCells, now_ms: int, *, wait_s: float = 0.0,
              ready_through_ms: int | None = None, waits_through_ms: int | None = None) -> Step:
         """Apply the key's finished activation, if any, and start its next one, if it may.
 
@@ -349,7 +374,8 @@ class KeyedEngine:
         return ((cells.state.seq.read() or 0) == running.base_seq
                 and self._queue.holds(key, cells.queued, running.event))
 
-    def settle(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
+    def on_end_of_input_round(self, key: Hashable, cells: KeyCells, *,
+                              clock_ms: Callable[[], int]) -> Step:
         """One round of a bounded input's end: finish the key's running activation, start its next.
 
         Hosts call it for every key, round after round
@@ -363,19 +389,19 @@ class KeyedEngine:
             concurrent.futures.wait([running.future])  # then `now` is when it finished
         lines: list[tuple[Channel, bytes]] = []
         while True:
-            step = self.pump(key, cells, clock_ms())
+            step = self.on_wake(key, cells, clock_ms())
             lines.extend(step.lines)
             after = self.next(key, cells, clock_ms())
             if after.action == "no_slot":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
                 continue
             if after.action in ("retry", "breaker_open"):
-                rest = self.drain(key, cells, clock_ms=clock_ms)
+                rest = self.on_end_of_input(key, cells, clock_ms=clock_ms)
                 return Step((*lines, *rest.lines), rest.wake_at_ms)
             return Step(tuple(lines), step.wake_at_ms)
 
-    def hold(self, key: Hashable, cells: KeyCells, step: Step, *, clock_ms: Callable[[], int],
-             max_ahead: int) -> Step:
+    def wait_for_room(self, key: Hashable, cells: KeyCells, step: Step, *,
+                      clock_ms: Callable[[], int], max_ahead: int) -> Step:
         """Backpressure for a host that runs events on arrival: return once `key` may take more.
 
         The caller (and with it the input) waits while the key has more than
@@ -392,11 +418,12 @@ class KeyedEngine:
                 break
             if after.action == "no_slot":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
-            step = self.pump(key, cells, clock_ms(), wait_s=POLL_MS / 1000)
+            step = self.on_wake(key, cells, clock_ms(), wait_s=POLL_MS / 1000)
             lines.extend(step.lines)
         return Step(tuple(lines), step.wake_at_ms)
 
-    def drain(self, key: Hashable, cells: KeyCells, *, clock_ms: Callable[[], int]) -> Step:
+    def on_end_of_input(self, key: Hashable, cells: KeyCells, *,
+                        clock_ms: Callable[[], int]) -> Step:
         """Run the key's queue to the end, blocking: the end of a bounded input.
 
         Called from an end-of-input callback, as a finished input moves no
@@ -405,13 +432,22 @@ class KeyedEngine:
         now = clock_ms
         lines: list[tuple[Channel, bytes]] = []
         while True:
-            step = self.pump(key, cells, now(), wait_s=0.05)
+            step = self.on_wake(key, cells, now(), wait_s=0.05)
             lines.extend(step.lines)
             if step.wake_at_ms is None:
                 return Step(tuple(lines), None)
             if self._scheduler.running(key) is None:
                 # Waiting for a retry's backoff or for a free slot.
                 self._scheduler.wait_for_change(max(0.001, (step.wake_at_ms - now()) / 1000))
+
+
+    # The names before the rename, kept through 0.1.0 (CHANGELOG, "Renamed").
+    pump = _renamed("pump", "on_wake")
+    offer = _renamed("offer", "on_element")
+    admit = _renamed("admit", "enqueue_unbounded")
+    settle = _renamed("settle", "on_end_of_input_round")
+    drain = _renamed("drain", "on_end_of_input")
+    hold = _renamed("hold", "wait_for_room")
 
     def _hold(self, key: Hashable, cells: KeyCells, now_ms: int) -> list[tuple[Channel, bytes]]:
         """The breaker holds the key's head: an attempt it never ran for (invariant 11).

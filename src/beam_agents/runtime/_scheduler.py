@@ -38,7 +38,7 @@ class Running:
 
     ``base_seq`` is the committed seq the activation started from; a host
     applies the outcome only if the key's cells still hold it (see
-    `KeyedEngine.pump`).
+    `KeyedEngine.on_wake`).
     """
 
     event: bytes

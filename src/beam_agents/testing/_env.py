@@ -116,7 +116,7 @@ class _Run:
     def _drain(self, key: bytes, cells: KeyCells) -> list[tuple[str, bytes]]:
         lines: list[tuple[str, bytes]] = []
         while True:
-            step = self.engine.pump(key, cells, self.now_ms, waits_through_ms=self.watermark_ms)
+            step = self.engine.on_wake(key, cells, self.now_ms, waits_through_ms=self.watermark_ms)
             lines.extend(step.lines)
             after = self.engine.next(key, cells, self.now_ms, waits_through_ms=self.watermark_ms)
             if after.action in ("idle", "held"):

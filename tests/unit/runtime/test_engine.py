@@ -202,11 +202,11 @@ def test_the_replay_cache_holds_a_suspended_heads_paid_calls_and_nothing_once_it
         cells = KeyCells.in_process()
         for n in range(2):
             assert engine.enqueue("k", cells, event("k", n)) is None
-        engine.pump("k", cells, clock())  # starts e000
-        suspended = engine.pump("k", cells, clock(), wait_s=30)
+        engine.on_wake("k", cells, clock())  # starts e000
+        suspended = engine.on_wake("k", cells, clock(), wait_s=30)
         assert suspended.lines == () and cells.attempt.read() == 1
         assert entries(cells) == 1  # the first call, paid before the 503
-        lines = engine.drain("k", cells, clock_ms=clock).lines
+        lines = engine.on_end_of_input("k", cells, clock_ms=clock).lines
     assert [channel for channel, _ in lines] == ["intents", "intents"]
     assert cells.state.seq.read() == 2
     assert entries(cells) == 0
@@ -270,14 +270,14 @@ def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> Non
         engine = KeyedEngine.over(runtime)
         cells = KeyCells.in_process()
         first = event("k", 1)
-        engine.offer("k", cells, first, 0)
+        engine.on_element("k", cells, first, 0)
         assert engine.scheduler.running("k") is not None
         cells.state.seq.write(7)  # meanwhile the key's state moved on to seq 7
-        step = engine.pump("k", cells, 0, wait_s=30)
+        step = engine.on_wake("k", cells, 0, wait_s=30)
         assert step.lines == () and cells.state.memory.read() is None
         assert metrics.get("beam_agents.runtime", "stale_outcomes") == 1
         # The event is still queued and runs again from the state the cells hold now.
-        step = engine.drain("k", cells, clock_ms=Clock())
+        step = engine.on_end_of_input("k", cells, clock_ms=Clock())
         (channel, line), = step.lines
         assert channel == "intents" and json.loads(line)["seq"] == 8
 
@@ -315,9 +315,9 @@ def test_a_key_past_max_queued_per_key_gets_backlog_dead_letters_and_others_go_o
         # between two arrivals, however loaded the machine.
         refused = [line for n in range(4)
                    if (line := engine.enqueue("hot", hot, event("hot", n))) is not None]
-        engine.offer("cold", cold, event("cold", 0), 0)
-        lines = [*engine.drain("hot", hot, clock_ms=Clock()).lines,
-                 *engine.drain("cold", cold, clock_ms=Clock()).lines]
+        engine.on_element("cold", cold, event("cold", 0), 0)
+        lines = [*engine.on_end_of_input("hot", hot, clock_ms=Clock()).lines,
+                 *engine.on_end_of_input("cold", cold, clock_ms=Clock()).lines]
     records = [error_from_json(line) for _, line in refused]
     assert [(r.stage, r.event_id, r.retriable) for r in records] == [
         (error_from_json(refused[0][1]).STAGE_BACKLOG, "e002", True),
@@ -341,16 +341,16 @@ def test_an_event_behind_the_keys_watermark_is_late_counted_and_run_or_dead_lett
     metrics = RecordingMetrics()
     with start_runtime(AgentConfig(agent="tests.agents:counter"), metrics=metrics) as runtime:
         engine, cells = KeyedEngine.over(runtime), KeyCells.in_process()
-        assert engine.admit("k", cells, event("k", 5, time_ms=5_000), ordering=ordering,
+        assert engine.enqueue_unbounded("k", cells, event("k", 5, time_ms=5_000), ordering=ordering,
                             watermark_ms=None) is None
-        held = engine.pump("k", cells, 0, ready_through_ms=ordering.ready_through(None))
+        held = engine.on_wake("k", cells, 0, ready_through_ms=ordering.ready_through(None))
         assert (held.wake_at_ms, held.held_until_ms) == (None, 5_000)  # waits for the watermark
         assert ordering.release_at(5_000) == 5_100
-        started = engine.pump("k", cells, 0, ready_through_ms=ordering.ready_through(5_100))
+        started = engine.on_wake("k", cells, 0, ready_through_ms=ordering.ready_through(5_100))
         assert engine.scheduler.running("k") is not None and started.held_until_ms is None
-        late = engine.admit("k", cells, event("k", 4, time_ms=4_000), ordering=ordering,
+        late = engine.enqueue_unbounded("k", cells, event("k", 4, time_ms=4_000), ordering=ordering,
                             watermark_ms=5_100)
-        lines = engine.drain("k", cells, clock_ms=Clock()).lines
+        lines = engine.on_end_of_input("k", cells, clock_ms=Clock()).lines
     assert metrics.get("beam_agents.runtime", "late_events") == 1
     ran = [json.loads(line)["event_id"] for channel, line in lines if channel == "intents"]
     if late_events == "run":
@@ -374,7 +374,7 @@ def test_the_queue_length_and_the_oldest_queued_age_are_distributions() -> None:
         for n in range(3):  # event times 0, 1,000 and 2,000 ms
             engine.enqueue("k", cells, event("k", n))
         clock = iter(range(10_000, 10_000_000, 500))
-        engine.drain("k", cells, clock_ms=lambda: next(clock))
+        engine.on_end_of_input("k", cells, clock_ms=lambda: next(clock))
     lengths = metrics.distributions["beam_agents.runtime:queue_length"]
     assert (lengths.count, lengths.min, lengths.max, lengths.sum) == (3, 1, 3, 6)
     ages = metrics.distributions["beam_agents.runtime:oldest_queued_age_ms"]
@@ -452,3 +452,20 @@ def test_wait_for_returns_when_the_activation_finishes_and_leaves_its_outcome() 
     assert runtime.futures[0].done() and time.monotonic() - begun < 10
     assert scheduler.take("a") is not None  # the wait took nothing
     finisher.join(30)
+
+
+def test_the_engines_old_method_names_still_work_and_say_what_replaced_them() -> None:
+    """A host written against the names before the rename runs for one more release."""
+    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+
+    config = AgentConfig(agent="tests.agents:counter")
+    with start_runtime(config, metrics=RecordingMetrics()) as runtime:
+        engine = KeyedEngine.over(runtime)
+        cells = KeyCells.in_process()
+        with pytest.warns(DeprecationWarning, match=r"KeyedEngine.offer is renamed "
+                          r"KeyedEngine.on_element"):
+            engine.offer("a", cells, event("a", 0), 0)
+        with pytest.warns(DeprecationWarning, match="KeyedEngine.drain is renamed"):
+            lines = engine.drain("a", cells, clock_ms=Clock()).lines
+    assert [channel for channel, _ in lines] == ["intents"]
+    assert KeyedEngine.pump.__doc__ == "Deprecated: use `on_wake`."

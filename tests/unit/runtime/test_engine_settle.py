@@ -1,4 +1,4 @@
-"""`KeyedEngine.settle`: one round of the end of a bounded input, for one key.
+"""`KeyedEngine.on_end_of_input_round`: one round of the end of a bounded input, for one key.
 
 A round finishes the key's running activation and starts its next, then
 returns without waiting for it, so a host can start every key's next event
@@ -51,23 +51,23 @@ def test_a_round_applies_the_running_activation_and_starts_the_next_without_wait
     config = AgentConfig(agent="tests.agents:counter")
     with start_runtime(config, metrics=RecordingMetrics()) as runtime:
         engine, cells = KeyedEngine.over(runtime), _cells()
-        engine.offer("k", cells, _event(1), _clock())  # starts at once
+        engine.on_element("k", cells, _event(1), _clock())  # starts at once
         engine.enqueue("k", cells, _event(2))
         engine.enqueue("k", cells, _event(3))
 
-        first = engine.settle("k", cells, clock_ms=_clock)
+        first = engine.on_end_of_input_round("k", cells, clock_ms=_clock)
         assert _seqs(first.lines) == [("intents", 1)]  # the second is started, not awaited
         assert first.wake_at_ms is not None and engine.scheduler.running("k") is not None
         assert engine.queue_length("k", cells) == 2
 
-        second = engine.settle("k", cells, clock_ms=_clock)
+        second = engine.on_end_of_input_round("k", cells, clock_ms=_clock)
         assert _seqs(second.lines) == [("intents", 2)] and second.wake_at_ms is not None
 
-        last = engine.settle("k", cells, clock_ms=_clock)
+        last = engine.on_end_of_input_round("k", cells, clock_ms=_clock)
         assert _seqs(last.lines) == [("intents", 3)] and last.wake_at_ms is None
         assert engine.queued("k", cells) == [] and engine.scheduler.running("k") is None
         assert list(cells.queue.read()) == [] and list(cells.dequeued.read()) == []
-        assert engine.settle("k", cells, clock_ms=_clock).lines == ()
+        assert engine.on_end_of_input_round("k", cells, clock_ms=_clock).lines == ()
 
 
 def test_a_suspended_key_is_drained_in_its_round_and_commits_after_the_backoff() -> None:
@@ -85,8 +85,8 @@ def test_a_suspended_key_is_drained_in_its_round_and_commits_after_the_backoff()
                          retry=RetryPolicy(retry_initial_ms=30, retry_max_ms=30, max_attempts=3))
     with start_runtime(config, metrics=metrics, provider=ScriptedModel(answer)) as runtime:
         engine, cells = KeyedEngine.over(runtime), _cells()
-        engine.offer("k", cells, _event(1), _clock())
-        step = engine.settle("k", cells, clock_ms=_clock)
+        engine.on_element("k", cells, _event(1), _clock())
+        step = engine.on_end_of_input_round("k", cells, clock_ms=_clock)
 
     assert _seqs(step.lines) == [("intents", 1)] and step.wake_at_ms is None
     assert list(cells.queue.read()) == [] and list(cells.dequeued.read()) == []
