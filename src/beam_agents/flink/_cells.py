@@ -2,8 +2,8 @@
 
 Each engine callback asks the same small cells several times (a key's queue
 fingerprint alone, once per question about its queue), and each ask of a
-``ValueState`` crosses into the JVM. A `ValueCell` therefore keeps what it
-read or wrote until the host calls `ValueCell.forget`, which it does when a
+``ValueState`` crosses into the JVM. A `FlinkValueCell` therefore keeps what it
+read or wrote until the host calls `FlinkValueCell.forget`, which it does when a
 callback starts: the key in scope, and so the state behind the cell, only
 changes between callbacks.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["BagCell", "ValueCell"]
+__all__ = ["FlinkBagCell", "FlinkValueCell"]
 
 _UNREAD = object()
 
 
-class ValueCell:
+class FlinkValueCell:
     """A Flink ``ValueState`` as the core's `StateCell`, read at most once per callback."""
 
     __slots__ = ("_state", "_value")
@@ -41,7 +41,7 @@ class ValueCell:
         self._value = value
 
 
-class BagCell:
+class FlinkBagCell:
     """A Flink ``ListState`` of bytes as the engine's `QueueCell`; read through every time."""
 
     __slots__ = ("_state",)

@@ -19,7 +19,7 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from beam_agents.flink._cells import BagCell, ValueCell
+from beam_agents.flink._cells import FlinkBagCell, FlinkValueCell
 from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, FlinkMetrics
 from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.hosting import start_runtime, wall_ms
@@ -111,15 +111,15 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             faulthandler.disable()
         raw = _BYTES[self._mode]
 
-        def value(name: str, kind: Any) -> ValueCell:
-            cell = ValueCell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
+        def value(name: str, kind: Any) -> FlinkValueCell:
+            cell = FlinkValueCell(runtime_context.get_state(ValueStateDescriptor(name, kind)))
             self._values.append(cell)
             return cell
 
-        def bag(name: str) -> BagCell:
-            return BagCell(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
+        def bag(name: str) -> FlinkBagCell:
+            return FlinkBagCell(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
 
-        self._values: list[ValueCell] = []
+        self._values: list[FlinkValueCell] = []
         memory, llm_cache, seq, budget, waits = CELLS
         queue, dequeued, queue_meta, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
