@@ -160,7 +160,7 @@ def test_the_private_import_check_sees_relative_and_lazy_imports() -> None:
               "def f():\n    from ..model import _journal\n"
               "    import beam_agents.beam._pubsub\n"
               "import beam_agents.stores._config\n"
-              "from ._buffered import BufferedStore\n"
+              "from ._buffered import StoreBase\n"
               "from beam_agents._canonical import canonical_json\n"
               "from beam_agents.memory import validate_key\n")
     found = _private_imports_across_packages(source, "beam_agents.stores.sqlite",

@@ -20,10 +20,10 @@ from beam_agents.memory import (
     validate_entity_key,
 )
 
-__all__ = ["BufferedStore"]
+__all__ = ["StoreBase"]
 
 
-class BufferedStore:
+class StoreBase:
     """Base of the stores: the pending buffer, `stage`, `discard`, and the closed check.
 
     Args:

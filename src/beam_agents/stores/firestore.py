@@ -27,7 +27,7 @@ from beam_agents.memory import (
     validate_key,
     validate_search,
 )
-from beam_agents.stores._buffered import BufferedStore
+from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import FirestoreLongtermConfig
 from beam_agents.stores._firestore_client import FirestoreClient
 from beam_agents.stores._firestore_client import close_client as _close_client  # noqa: F401 - tests import it here
@@ -63,7 +63,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 
-class FirestoreLongtermStore(BufferedStore):
+class FirestoreLongtermStore(StoreBase):
     """A `DiscardingLongtermStore` on Firestore, for the Dataflow deployment.
 
     Flush runs one Firestore transaction per entity: it reads the buffered

@@ -28,7 +28,7 @@ from beam_agents.memory import (
     validate_key,
     validate_search,
 )
-from beam_agents.stores._buffered import BufferedStore
+from beam_agents.stores._buffered import StoreBase
 
 __all__ = ["InMemoryLongtermConfig", "InMemoryLongtermStore", "Operation"]
 
@@ -38,7 +38,7 @@ Operation = tuple[object, ...]
 _OPERATIONS = frozenset({"load", "search", "stage", "flush", "discard", "close"})
 
 
-class InMemoryLongtermStore(BufferedStore):
+class InMemoryLongtermStore(StoreBase):
     """A dict-backed `BufferedLongtermStore` that logs calls and fails on demand.
 
     Every call with valid arguments appends to :attr:`operations` before it

@@ -23,7 +23,7 @@ from beam_agents.memory import (
     validate_key,
     validate_search,
 )
-from beam_agents.stores._buffered import BufferedStore
+from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import SqliteLongtermConfig
 from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
 from beam_agents.stores._sqlite_base import enter_wal as _enter_wal  # noqa: F401 - tests import it here
@@ -97,7 +97,7 @@ def _record(row: tuple[bytes, str, bytes, int, int]) -> LongtermRecord:
     )
 
 
-class SqliteLongtermStore(BufferedStore):
+class SqliteLongtermStore(StoreBase):
     """A `DiscardingLongtermStore` over one SQLite database file.
 
     Flush commits an entity's buffer in one ``BEGIN IMMEDIATE`` transaction,
