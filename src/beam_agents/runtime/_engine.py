@@ -96,14 +96,16 @@ class Next:
     * ``"running"``: its activation is in flight; call back when it can have finished;
     * ``"start"``: its head may start now;
     * ``"retry"``: its head is suspended until ``at_ms`` (processing time);
-    * ``"no_slot"``: its head could start, but every slot of the runtime is taken;
+    * ``"slots_full"``: its head could start, but every slot of the runtime is taken;
     * ``"breaker_open"``: its head could start, but the provider's circuit
       breaker holds starts (invariant 11); `KeyedEngine.on_wake` counts that as
       a failed attempt the activation never ran for;
-    * ``"held"``: its head waits for the watermark to pass ``at_ms`` (its event time).
+    * ``"awaiting_watermark"``: its head waits for the watermark to pass
+      ``at_ms`` (its event time).
     """
 
-    action: Literal["idle", "running", "start", "retry", "no_slot", "breaker_open", "held"]
+    action: Literal["idle", "running", "start", "retry", "slots_full", "breaker_open",
+                    "awaiting_watermark"]
     at_ms: int | None = None
 
 
@@ -269,15 +271,15 @@ class KeyedEngine:
         if head_time is None:
             return Next("idle")
         if ready_through_ms is not None and head_time > ready_through_ms:
-            return Next("held", head_time)
+            return Next("awaiting_watermark", head_time)
         if ready_through_ms is None and waits_through_ms is not None and \
                 head_time > waits_through_ms and self._is_timeout(key, cells):
-            return Next("held", head_time)
+            return Next("awaiting_watermark", head_time)
         retry_at: int = cells.retry_at_ms.read() or 0
         if now_ms < retry_at:
             return Next("retry", retry_at)
         if not self._scheduler.has_slot():
-            return Next("no_slot")
+            return Next("slots_full")
         if self._scheduler.start_wait_s() is not None:
             return Next("breaker_open")
         return Next("start")
@@ -330,7 +332,7 @@ class KeyedEngine:
                 after = Next("running")
                 if attempt == 1:
                     self._observe_head_age(key, cells, now_ms)
-        if after.action == "held":
+        if after.action == "awaiting_watermark":
             return Step(tuple(lines), None, after.at_ms)
         held_until = None
         if after.action == "running" and ready_through_ms is not None:
@@ -392,7 +394,7 @@ class KeyedEngine:
             step = self.on_wake(key, cells, clock_ms())
             lines.extend(step.lines)
             after = self.next(key, cells, clock_ms())
-            if after.action == "no_slot":
+            if after.action == "slots_full":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
                 continue
             if after.action in ("retry", "breaker_open"):
@@ -416,7 +418,7 @@ class KeyedEngine:
             if after.action in ("idle", "retry", "breaker_open") or (
                     after.action == "running" and self.queue_length(key, cells) <= max_ahead):
                 break
-            if after.action == "no_slot":
+            if after.action == "slots_full":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
             step = self.on_wake(key, cells, clock_ms(), wait_s=POLL_MS / 1000)
             lines.extend(step.lines)

@@ -119,14 +119,14 @@ class _Run:
             step = self.engine.on_wake(key, cells, self.now_ms, waits_through_ms=self.watermark_ms)
             lines.extend(step.lines)
             after = self.engine.next(key, cells, self.now_ms, waits_through_ms=self.watermark_ms)
-            if after.action in ("idle", "held"):
+            if after.action in ("idle", "awaiting_watermark"):
                 return lines
             if after.action == "running":
                 self.engine.await_running(key, timeout_s=1.0)
             elif after.action == "retry" and after.at_ms is not None:
                 # The backoff passes at once: processing time is this run's fake clock.
                 self.now_ms = max(self.now_ms, after.at_ms)
-            elif after.action == "no_slot":
+            elif after.action == "slots_full":
                 self.engine.scheduler.wait_for_slot(0.02)
 
     def close(self) -> None:
