@@ -69,10 +69,16 @@ class RateMemory:
         return now_s - self._kept_at >= KEEP_EVERY_S
 
     async def keep(self, rate: float | None, now_s: float) -> None:
-        """Write `rate` as this worker's, unless it is None or unchanged."""
-        self._kept_at = now_s
+        """Write `rate` as this worker's, unless it is None or unchanged.
+
+        Only a write starts the wait for the next one: a worker that had
+        learned nothing at its first commit keeps its rate at the first commit
+        after it learns one, not `KEEP_EVERY_S` later (a batch run can end
+        before then, and its runner need not close the worker).
+        """
         if rate is None or rate == self._kept:
             return
+        self._kept_at = now_s
         record = LearnedRateRecord(account=self._account, worker=self._worker,
                                    rate_rps=rate, updated_ms=self._wall_ms())
         try:
