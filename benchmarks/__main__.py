@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: run B1-B13, print a table, write ``latest.json`` and the figures.
+"""``python -m benchmarks``: run B1-B14, print a table, write ``latest.json`` and the figures.
 
 Usage::
 
@@ -34,7 +34,7 @@ from benchmarks._harness import ROOT, repo_env
 __all__ = ["PINNED_MALLOC", "main"]
 
 RESULTS = ROOT / "benchmarks" / "results"
-ORDER = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13")
+ORDER = ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14")
 
 #: glibc tunables that turn off its adaptive mmap/trim thresholds: blocks up to
 #: 64 MiB come from the heap and the heap is not trimmed below 128 MiB.
@@ -136,6 +136,10 @@ def _figure(name: str, result: dict[str, Any]) -> str:
                 f"{result['read_ms_per_10k_keys']['median']:.0f} ms; batch "
                 f"{batch['with_snapshot_s']['median']:.1f} s with vs "
                 f"{batch['without_snapshot_s']['median']:.1f} s without")
+    if name == "B14":
+        cpu = result["cpu_us_per_event"]
+        return (f"off {cpu['off']['median']:.0f} us/ev, 100 % {cpu['traced_100']['median']:.0f}"
+                f", 1 % {cpu['traced_1']['median']:.0f} ({result['traced_1']['ratio']}x)")
     if name == "B11":
         return (f"{result['wall_s'] - result['start_up_s']:.0f} s vs ideal "
                 f"{result['ideal_s']:.0f} s (hottest key {result['hottest_key_events']:,} "

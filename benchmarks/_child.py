@@ -34,6 +34,7 @@ MODULES = {
     "B11": "benchmarks.b11_zipf",
     "B12": "benchmarks.b12_portable",
     "B13": "benchmarks.b13_snapshot",
+    "B14": "benchmarks.b14_tracing",
 }
 
 

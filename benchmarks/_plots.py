@@ -23,9 +23,9 @@ from benchmarks._child import MODULES
 __all__ = ["FIGURES", "draw_all"]
 
 #: Benchmark id -> file name of its figure: the module's name, ``b1_activation.png``.
-#: B12's and B13's figures are in their JSON and docs/benchmarks.md; they draw none yet.
+#: B12's, B13's and B14's figures are in their JSON and docs/benchmarks.md; they draw none.
 FIGURES = {bench: module.rsplit(".", 1)[1] + ".png" for bench, module in MODULES.items()
-           if bench not in {"B12", "B13"}}
+           if bench not in {"B12", "B13", "B14"}}
 
 
 def _bars(ax: Axes, labels: list[str], stats: list[Mapping[str, float]], unit: str,

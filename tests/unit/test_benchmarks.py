@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(540)
 
-TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9", "B10", "B11")
+TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9", "B10", "B11", "B14")
 B6_PATH_FIELDS = ("events_per_s", "ratio_to_serial", "ratio_to_ideal", "cpu_ms_per_event",
                   "cpu_cores_busy")
 B7_BACKEND_STATS = ("journaled_ms", "unjournaled_ms", "ratio_journaled_to_unjournaled",
@@ -39,7 +39,7 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
     document = json.loads((tmp_path / "latest.json").read_text())
     assert document["environment"]["quick"] is True
     for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
-                 "B13"):
+                 "B13", "B14"):
         result = document[name]
         assert result["name"] and result["note"], name
         assert isinstance(result["ratio"], int | float), name
