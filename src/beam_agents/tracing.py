@@ -209,6 +209,8 @@ class ActivationTrace:
               model_id: str, entity_key: bytes, seq: int, event_id: str, attempt: int,
               parent: str) -> ActivationTrace:
         """Start the span of one attempt at one activation."""
+        if tracer is NOOP_TRACER:
+            return cls(tracer, NOOP_SPAN, provider=provider, model_id=model_id)
         span = tracer.start(f"invoke_agent {agent}", parent=parent,
                             identity=(entity_key, seq, event_id), attempt=attempt)
         if span.recording:
@@ -338,6 +340,8 @@ class CallTrace:
             duration_s: float | None = None) -> None:
         """End a model call with its response (tokens paid), or as failed with `error_type`."""
         activation = self._activation
+        if activation.tracer is NOOP_TRACER:
+            return  # tracing off: no span, no histogram, so no attributes to build
         base = activation.base_attributes("chat")
         if response is not None:
             activation.add_paid(response.tokens_in, response.tokens_out)

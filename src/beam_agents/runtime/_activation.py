@@ -65,7 +65,14 @@ from beam_agents.runtime._tool_calls import ToolCalls
 from beam_agents.runtime._tools import Tool, ToolSource
 from beam_agents.runtime._versions import MemoryVersioning
 from beam_agents.runtime._waits import PendingWaits, WaitAnswer, WaitTimeout, timeout_event
-from beam_agents.tracing import NOOP_TRACER, TRACEPARENT, ActivationTrace, Tracer, provider_system
+from beam_agents.tracing import (
+    NOOP_SPAN,
+    NOOP_TRACER,
+    TRACEPARENT,
+    ActivationTrace,
+    Tracer,
+    provider_system,
+)
 
 __all__ = ["ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome"]
 
@@ -465,6 +472,8 @@ class ActivationRuntime:
         off, the producer's, passed through untouched.
         """
         parent = event.attributes.get(TRACEPARENT, "")
+        if self._tracer is NOOP_TRACER:  # tracing off: the producer's context passes through
+            return ActivationTrace(NOOP_TRACER, NOOP_SPAN, provider="", model_id=""), parent
         trace = ActivationTrace.start(
             self._tracer, agent=self._config.agent_name, agent_version=self._versions.version,
             provider=provider_system(self._config.model.provider), model_id=self._provider.model_id,
