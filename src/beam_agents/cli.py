@@ -272,7 +272,9 @@ def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
             counters[(item.key.metric.namespace, item.key.metric.name)] += item.committed or 0
         for item in found["distributions"]:
             key = (item.key.metric.namespace, item.key.metric.name)
-            if item.committed is not None:
+            # A runner may report a distribution no sample reached (Prism now and
+            # then does): its max is None, which is no peak.
+            if item.committed is not None and item.committed.max is not None:
                 peaks[key] = max(peaks.get(key, 0), item.committed.max)
         for item in found.get("string_sets", ()):
             # Each worker adds the first it saw; any of them names a real case.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from beam_agents.flink._cells import ValueCell
+from beam_agents.flink._cells import FlinkValueCell
 
 
 class _ValueState:
@@ -23,7 +23,7 @@ class _ValueState:
 
 def test_a_value_cell_reads_its_state_once_until_forgotten() -> None:
     state = _ValueState(b"v1")
-    cell = ValueCell(state)
+    cell = FlinkValueCell(state)
     assert [cell.read() for _ in range(3)] == [b"v1"] * 3
     assert state.reads == 1
     state.stored = b"another key's"  # what the next callback's key holds
@@ -34,7 +34,7 @@ def test_a_value_cell_reads_its_state_once_until_forgotten() -> None:
 
 def test_a_value_cell_reads_back_what_it_wrote_and_writes_through() -> None:
     state = _ValueState()
-    cell = ValueCell(state)
+    cell = FlinkValueCell(state)
     assert cell.read() is None
     cell.write(7)
     assert (cell.read(), state.stored, state.reads) == (7, 7, 1)

@@ -41,3 +41,37 @@ def test_a_host_that_read_every_counter_prints_zeros_as_zeros(
     assert _line(shown, "events read").split()[-1] == "5"
     assert _line(shown, "retries").split()[-1] == "0"
     assert _line(shown, "errors by stage").split()[-1] == "0"
+
+
+def test_a_distribution_no_sample_reached_is_no_peak_and_no_crash(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Prism sometimes reports a distribution with no samples: max None, once a TypeError."""
+    from apache_beam.metrics.cells import DistributionData, DistributionResult  # noqa: PLC0415
+    from apache_beam.metrics.execution import MetricKey, MetricResult  # noqa: PLC0415
+    from apache_beam.metrics.metricbase import MetricName  # noqa: PLC0415
+
+    from beam_agents.cli import _summarize  # noqa: PLC0415
+
+    def distribution(name: str, data: DistributionData | None) -> MetricResult:
+        key = MetricKey("Activate", MetricName("beam_agents.runtime", name))
+        result = None if data is None else DistributionResult(data)
+        return MetricResult(key, result, result)
+
+    empty = DistributionResult(DistributionData(0, 0, None, None))
+    assert empty.max is None  # what the runner hands over
+    found = {"counters": [], "distributions": [
+        distribution("in_flight_peak", DistributionData(0, 0, None, None)),
+        distribution("in_flight_peak", DistributionData(12, 3, 2, 7)),
+        distribution("queued_per_key_peak", None)], "gauges": []}
+
+    class _Result:
+        def metrics(self) -> object:
+            class _Query:
+                def query(self, _filter: object) -> dict[str, list[MetricResult]]:
+                    return found
+            return _Query()
+
+    _summarize(_Result(), 1.0, ModelConfig())
+    peak = next(line for line in capsys.readouterr().out.splitlines()
+                if "peak activations in flight" in line)
+    assert peak.split()[-1] == "7"
