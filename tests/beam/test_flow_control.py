@@ -242,9 +242,10 @@ def test_a_rerun_with_a_journal_starts_from_the_rate_the_last_run_learned(
 
     assert len(rows) == 2 and all(rate > 0 for _, rate in rows), rows
     # Unpaced, the first run sent 63 calls at once after its first answer (29 on a
-    # machine at load 20, its workers starting apart); paced at the learned share,
-    # the rerun's two workers send a few per quarter second.
-    assert densest_burst(stats, first) >= 20
+    # machine at load 20, 19 beside two other test processes, its workers starting
+    # apart); paced at the learned share, the rerun's two workers send a few per
+    # quarter second.
+    assert densest_burst(stats, first) >= 15
     assert densest_burst(stats, again) <= 12
     # (No `early` check: the server's windows are per API key, and these two
     # processes share one, so a window one worker read is not the other's.)
