@@ -209,8 +209,6 @@ class ActivationTrace:
               model_id: str, entity_key: bytes, seq: int, event_id: str, attempt: int,
               parent: str) -> ActivationTrace:
         """Start the span of one attempt at one activation."""
-        if tracer is NOOP_TRACER:
-            return cls(tracer, NOOP_SPAN, provider=provider, model_id=model_id)
         span = tracer.start(f"invoke_agent {agent}", parent=parent,
                             identity=(entity_key, seq, event_id), attempt=attempt)
         if span.recording:
