@@ -392,6 +392,19 @@ async def order_agent(ctx: AgentContext) -> None:
 
 
 @agent(tools=[lookup_order])
+async def paced_tool_journal(ctx: AgentContext) -> None:
+    """`paced_journal`, after looking the note up as an order with `lookup_order`.
+
+    The failover tests count the tool's runs, one line per run with its
+    idempotency key, in the file `TOOL_LOG_ENV` names.
+    """
+    assert ctx.tools is not None
+    order_id = ctx.payload.decode().replace(" ", "_")
+    await ctx.tools.acall("lookup_order", {"order_id": order_id})
+    await paced_journal(ctx)
+
+
+@agent(tools=[lookup_order])
 def sync_order_agent(ctx: AgentContext) -> None:
     """A sync agent calling a sync tool: its thread waits while the tool runs."""
     assert ctx.tools is not None

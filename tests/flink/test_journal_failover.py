@@ -38,6 +38,7 @@ import pytest
 
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.stores import FirestoreLongtermConfig, SqliteLongtermConfig
+from tests import agents
 from tests._http import LocalServer, chat_completion, send_json
 from tests.flink.conftest import REPO, flink_run, job_env, run_job
 from tests.flink.test_failover import (
@@ -134,19 +135,24 @@ class _Where:
     cluster: tuple[str, dict[str, str]] | None = None  # REST address and env; None: MiniCluster
 
 
-def _run(events: Path, out: Path, *, crash_seq: int, where: _Where) -> _Run:
+def _run(events: Path, out: Path, *, crash_seq: int, where: _Where,
+         agent: str = "tests.agents:paced_journal", tool_log: Path | None = None) -> _Run:
     """Run the failover job against a fresh provider; `crash_seq` 0 runs it without a fault.
 
     On a standalone cluster the crash kills the Python worker process, which
-    the task manager replaces; on a MiniCluster it fails the task.
+    the task manager replaces; on a MiniCluster it fails the task. An agent
+    that runs `tests.agents.lookup_order` logs each run to `tool_log`
+    (MiniCluster only: a cluster's workers do not inherit the client's environment).
     """
     out.mkdir(parents=True)
-    env = job_env()
+    tool_env = {agents.TOOL_LOG_ENV: str(tool_log)} if tool_log is not None else {}
+    assert not (tool_env and where.cluster), "a cluster's workers would not log the tool's runs"
+    env = job_env(**tool_env)
     store: LongtermStoreConfig
     if where.journal == "firestore":
         assert where.firestore_host is not None
         project = f"journal-failover-{uuid.uuid4().hex[:8]}"
-        env = job_env(FIRESTORE_EMULATOR_HOST=where.firestore_host)
+        env = job_env(FIRESTORE_EMULATOR_HOST=where.firestore_host, **tool_env)
         store = FirestoreLongtermConfig(project=project, timeout_ms=10_000)
         store_flags = ["--longterm_store", "firestore", "--firestore_project", project,
                        "--call_journal", "firestore"]
@@ -164,7 +170,7 @@ def _run(events: Path, out: Path, *, crash_seq: int, where: _Where) -> _Run:
     started = time.monotonic()
     with _Provider() as provider:
         job = ["--input_files", str(events), "--output_path", str(out / "intents"),
-               "--errors_path", str(out / "errors"), "--agent", "tests.agents:paced_journal",
+               "--errors_path", str(out / "errors"), "--agent", agent,
                "--model_provider", "openai", "--model_id", "fake",
                "--model_base_url", provider.url, *store_flags,
                "--python_executable", sys.executable, "--parallelism", "2",
@@ -286,3 +292,41 @@ def test_a_worker_crash_with_the_journal_off_pays_again_on_flink(
     # the worker had already received (what the journal saves, beyond the in-flight ones).
     assert sum(chaos.delivered.values()) > clean.paid
     assert repaid > chaos.lost
+
+
+def test_a_worker_crash_with_the_journal_on_runs_no_recorded_tool_again_on_flink(
+        scratch: Path) -> None:
+    """THEN a Flink failover replays each recorded tool result instead of running the tool.
+
+    The agent runs `lookup_order` before its model call, and every activation
+    the restore re-runs had already run its tool and journaled the result.
+    Only a tool cut off at the crash, whose result never reached the journal,
+    may run again, at most one per entity, and with its first run's
+    idempotency key, so an order service that honours it acts once.
+    """
+    base = scratch / "tools"
+    base.mkdir()
+    log = base / "tool-runs.log"  # absolute: the Python workers append to it
+    chaos = _run(scratch / "events.jsonl", base / "chaos", crash_seq=CRASH_SEQ,
+                 where=_Where("sqlite"), agent="tests.agents:paced_tool_journal", tool_log=log)
+    runs = agents.tool_runs(str(log))
+    per_order = Counter(order for order, _ in runs)
+    keys: dict[str, set[str]] = {}
+    for order, key in runs:
+        keys.setdefault(order, set()).add(key)
+    before = {(entity, seq) for phase, entity, seq in chaos.log if phase == "before"}
+    rerun = sorted(before & {(entity, seq) for phase, entity, seq in chaos.log
+                             if phase == "after"})
+    twice = {order: n for order, n in per_order.items() if n > 1}
+    print(f"crash, journal on, a tool per event: {len(runs)} tool runs for {EVENTS} events, "
+          f"{len(rerun)} activations re-run after the restore, tools run twice: {sorted(twice)}")
+
+    # The restore re-ran activations that had run (and flushed) before the crash.
+    assert rerun, chaos.log
+    assert set(per_order) == {f"note_{n}_for_{entity.decode()}" for entity in ENTITIES
+                              for n in range(EVENTS_PER_ENTITY)}
+    assert set(twice.values()) <= {2}, twice
+    twice_entities = [order.rsplit("_", 1)[1] for order in twice]
+    assert len(twice_entities) == len(set(twice_entities)), twice
+    assert all(len(found) == 1 for found in keys.values()), {
+        order: found for order, found in keys.items() if len(found) > 1}
