@@ -26,7 +26,6 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -160,6 +159,7 @@ def _run(argv: list[str]) -> int:
         snapshot_plan_from_options,
     )
     from beam_agents.hosting import load_agent  # noqa: PLC0415
+    from beam_agents.hosting._snapshot import state_line  # noqa: PLC0415
 
     if any(flag in argv for flag in ("-h", "--help")):
         parser = argparse.ArgumentParser(prog="beam-agents run",
@@ -185,7 +185,7 @@ def _run(argv: list[str]) -> int:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     snapshot = snapshot_plan_from_options(options)
     if opts.input_files:
-        print(_state_line(snapshot), file=sys.stderr)
+        print(state_line(snapshot), file=sys.stderr)
     if earlier := output_files(options):
         print(f"removing {len(earlier)} output file(s) an earlier run left "
               f"({', '.join(earlier[:2])}{', ...' if len(earlier) > 2 else ''}): a run that "
@@ -212,21 +212,6 @@ def _run(argv: list[str]) -> int:
         print(f"beam-agents: ran on {report.describe()}", file=sys.stderr)
     _summarize(result, elapsed_s, model)
     return 0
-
-
-def _state_line(snapshot: Any) -> str:
-    """One line on where the run's keyed state starts: a snapshot, or empty."""
-    if snapshot is None:
-        return ("keyed state starts empty: without --state_snapshot every key starts at seq 0 "
-                "with no working memory, and its state ends with the run (docs/operations.md, "
-                "\"State between batch runs\")")
-    if snapshot.read is None:
-        return (f"keyed state starts empty: {snapshot.where} holds no snapshot yet; this run "
-                "writes the first")
-    read = snapshot.read
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(read.written_at_ms / 1000))
-    return (f"keyed state from {snapshot.where}: {read.keys} key(s), generation "
-            f"{read.generation}, written {when}; this run writes {snapshot.generation}")
 
 
 def check_model_script(model: ModelConfig) -> None:

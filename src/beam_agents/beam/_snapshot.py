@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -24,17 +23,16 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms import combiners
 
+from beam_agents.hosting._snapshot import SnapshotPlan, new_generation
+from beam_agents.hosting._snapshot import plan_snapshot as _plan_snapshot
 from beam_agents.runtime import (
-    Manifest,
     PartInfo,
     SnapshotStoreConfig,
     commit_snapshot,
     mark,
     parse_record,
-    read_manifest,
     read_part,
 )
-from beam_agents.stores import snapshot_config_from_uri
 
 __all__ = ["SNAPSHOT_PARTS", "BeamFiles", "ReadSnapshot", "SnapshotPlan", "commit_after",
            "new_generation", "plan_snapshot"]
@@ -87,44 +85,11 @@ class BeamFiles:
         return sorted(name for name in names if name)
 
 
-def new_generation(now_s: float | None = None) -> str:
-    """A fresh generation's id: when it started, and a random part."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now_s is None else now_s))
-    return f"g-{stamp}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SnapshotPlan:
-    """What a run reads and writes: the store, the generation it read, the one it writes."""
-
-    config: SnapshotStoreConfig
-    read: Manifest | None
-    generation: str
-
-    @property
-    def where(self) -> str:
-        """The snapshot's URI."""
-        return self.config.where
-
-
 def plan_snapshot(uri: str, *, project: str | None, database: str | None,
                   writer_generation: str | None = None) -> SnapshotPlan:
-    """Read the current manifest (small) when the pipeline is built, and name the next generation.
-
-    Raises:
-        ConfigError: the URI is unusable; names the flag.
-        StateCorruptError: the manifest cannot be read by this version.
-        SnapshotUnavailable: its store failed.
-    """
-    config = snapshot_config_from_uri(uri, project=project, database=database,
-                                      files=BeamFiles())
-    store = config.open()
-    try:
-        manifest = read_manifest(store)
-    finally:
-        store.close()
-    return SnapshotPlan(config=config, read=manifest,
-                        generation=writer_generation or new_generation())
+    """`beam_agents.hosting._snapshot.plan_snapshot` on Beam's filesystems (``gs://`` too)."""
+    return _plan_snapshot(uri, project=project, database=database, files=BeamFiles(),
+                          writer_generation=writer_generation)
 
 
 def _read_part(item: tuple[str, str], config: SnapshotStoreConfig) -> Iterator[tuple[bytes, bytes]]:

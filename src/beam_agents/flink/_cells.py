@@ -40,6 +40,11 @@ class FlinkValueCell:
         self._state.update(value)
         self._value = value
 
+    def clear(self) -> None:
+        """Empty the cell (a snapshot record replaces what a key queued before it came)."""
+        self._state.clear()
+        self._value = None
+
 
 class FlinkBagCell:
     """A Flink ``ListState`` of bytes as the engine's `QueueCell`; read through every time."""

@@ -18,10 +18,18 @@ from typing import Any, get_args
 
 from beam_agents.errors import BeamAgentsError, ConfigError
 from beam_agents.flink._function import ExecutionMode
-from beam_agents.flink._job import AUTO_BUNDLE_SIZE, FlinkJobOptions, build_job, environment
+from beam_agents.flink._job import (
+    AUTO_BUNDLE_SIZE,
+    FlinkJobOptions,
+    build_job,
+    environment,
+    plan_job_snapshot,
+)
 from beam_agents.flink._kafka import KafkaJobOptions, StartingOffsets, parse_properties
-from beam_agents.flink._summary import execute_with_summary
+from beam_agents.flink._snapshot import commit_job_snapshot
+from beam_agents.flink._summary import detached, execute_with_summary
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
+from beam_agents.hosting._snapshot import state_line
 from beam_agents.runtime import AgentConfig
 
 __all__ = ["expand_input_files", "job_parser", "main", "parse_args", "run"]
@@ -81,6 +89,12 @@ def job_parser() -> argparse.ArgumentParser:
                     "whole; repeat for more.")
     io.add_argument("--output_path", help="Directory for intents (JSONL part files).")
     io.add_argument("--errors_path", help="Directory for error records (JSONL part files).")
+    io.add_argument("--state_snapshot", metavar="URI", help="Where each key's keyed state "
+                    "(working memory, replay cache, seq, budget, pending waits, queue) is read "
+                    "at the start and written at the end of a run over --input_files: a "
+                    "folder, or firestore://COLLECTION with --firestore_project. The same "
+                    "snapshot beam-agents run reads and writes (docs/operations.md, \"State "
+                    "between batch runs\").")
     flink = parser.add_argument_group("flink")
     switch = argparse.BooleanOptionalAction
     _add(flink, "checkpointing_interval_ms", "Checkpoint period in ms; 0 disables "
@@ -234,10 +248,23 @@ def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> Any:
     shipped = agent_source(config.agent, Path.cwd())
     if shipped is not None:
         env.add_python_file(str(shipped))
-    build_job(env, options, config)
+    snapshot = plan_job_snapshot(options)
+    if snapshot is not None:
+        print(state_line(snapshot), file=sys.stderr)
+    build_job(env, options, config, snapshot=snapshot)
     if not summary or (options.kafka is not None and options.kafka.input_topic is not None):
-        return env.execute(options.job_name)
-    return execute_with_summary(env, options, config)
+        result = env.execute(options.job_name)
+    else:
+        result = execute_with_summary(env, options, config)
+    if snapshot is not None:
+        if detached(result):
+            print(f"state snapshot: not committed, as the job was submitted detached; "
+                  f"{snapshot.where} still holds the generation it read", file=sys.stderr)
+        else:
+            manifest = commit_job_snapshot(snapshot)
+            print(f"state snapshot: {manifest.keys} key(s) written to {snapshot.where}, "
+                  f"generation {manifest.generation}", file=sys.stderr)
+    return result
 
 
 def agent_source(reference: str | Callable[..., Any], cwd: Path) -> Path | None:

@@ -19,21 +19,30 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext, TimeDomain
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
+from beam_agents.errors import StateCorruptError, StateError
 from beam_agents.flink._cells import FlinkBagCell, FlinkValueCell
 from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, FlinkMetrics
 from beam_agents.flink._shutdown import quiet_worker_shutdown
+from beam_agents.flink._snapshot import FlinkSnapshot, part_prefix
 from beam_agents.hosting import start_runtime, wall_ms
 from beam_agents.runtime import (
     CELLS,
     EARLIEST_MS,
     QUEUE_CELLS,
+    SNAPSHOT_MARK,
     ActivationRuntime,
     AgentConfig,
     EventOrdering,
     KeyCells,
     KeyedEngine,
+    SnapshotStore,
+    SnapshotWriter,
     StateCells,
     Step,
+    cells_by_name,
+    refuse_events,
+    restore_key,
+    snapshot_record,
 )
 
 __all__ = ["END_OF_INPUT_MS", "ERRORS", "FIRST_ROUND_MS", "MAX_AHEAD", "METRICS_EVERY_MS",
@@ -88,17 +97,26 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     behind the watermark is late (counted, or a LATE dead letter). The
     end-of-input drain still runs what is queued if the watermark ever ends
     (``flink stop --drain``).
+
+    With `snapshot` (a bounded input in event-time order), a key's snapshot
+    record arrives among its events, marked (`beam_agents.flink._snapshot`):
+    the key starts from it, and its cells go into the next generation once
+    its end-of-input drain is done.
     """
 
     def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
                  execution_mode: ExecutionMode = "process",
-                 ordering: EventOrdering | None = None) -> None:
+                 ordering: EventOrdering | None = None,
+                 snapshot: FlinkSnapshot | None = None) -> None:
         self._config = config
         self._event_order = event_order
         self._mode = execution_mode
         self._ordering = ordering if ordering is not None and ordering.by_event_time else None
+        self._snapshot = snapshot
         self._runtime: ActivationRuntime | None = None
         self._engine: KeyedEngine | None = None
+        self._store: SnapshotStore | None = None
+        self._writer: SnapshotWriter | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         """Bind the key's cells and the metric group, and build the clients.
@@ -131,10 +149,18 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         # a restored job starts below every event; the key's own keeps what it
         # already let through runnable after a restore on a quiet stream.
         self._watermark = value("watermark_ms", Types.LONG()) if self._ordering else None
+        # A snapshot record that did not restore, carried on as it was: its key's
+        # events are dead letters, never run on other state (invariant 8).
+        self._refused = value("snapshot_refused", raw) if self._snapshot else None
         self._metrics = FlinkMetrics(runtime_context.get_metrics_group())
         self._tally_dir = runtime_context.get_job_parameter(COUNTERS_DIR_PARAMETER, "") or None
         subtask, attempt_number = _subtask_and_attempt(runtime_context)
         self._tally_name = f"activate-{subtask}-{attempt_number}"
+        if self._snapshot is not None:
+            self._store = self._snapshot.config.open()
+            self._writer = SnapshotWriter(self._store, self._snapshot.generation,
+                                          prefix=part_prefix(subtask, attempt_number),
+                                          record_infos=True)
         quiet_worker_shutdown()
         self._reported_ms = wall_ms()
         self._runtime = start_runtime(self._config, metrics=self._metrics)
@@ -145,12 +171,21 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         engine = self._started()
         key, timers = ctx.get_current_key(), ctx.timer_service()
         self._forget()
+        event = bytes(value[1])
+        if self._snapshot is not None and event[:1] == SNAPSHOT_MARK:
+            yield from self._restore(key, event[1:], timers)
+            return
         # With the DECODE dead letters, the events read (`beam_agents.flink._summary`).
         self._metrics.inc(RECEIVED[0], RECEIVED[1])
-        if self._ordering is not None:
-            yield from self._admit(key, bytes(value[1]), timers)
+        if self._refused is not None and self._refused.read() is not None:
+            yield from self._emit(Step(tuple(refuse_events(
+                bytes.fromhex(key), [event], self._refused_error(key), self._metrics)), None),
+                timers)
             return
-        refused = engine.enqueue(key, self._cells, bytes(value[1]))
+        if self._ordering is not None:
+            yield from self._admit(key, event, timers)
+            return
+        refused = engine.enqueue(key, self._cells, event)
         # One round per queued position, set with the event: PyFlink fires a
         # timer set while the final watermark fires only if a bundle is still open.
         position = engine.queue_length(key, self._cells) - 1
@@ -181,12 +216,83 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
                                    self._seen(timers, timestamp if event_time else None)))
         elif not event_time:
             step = engine.on_wake(key, self._cells, timers.current_processing_time())
+        elif self._refused is not None and self._refused.read() is not None:
+            step = Step((), None)  # its events were dead letters; its record goes on as it was
         elif drain:
-            step = engine.on_end_of_input(key, self._cells, clock_ms=wall_ms)
+            step = engine.on_end_of_input(key, self._cells, clock_ms=wall_ms,
+                                          waits_through_ms=self._waits_through_ms)
         else:  # the next round's timer, set with the event, settles what this one starts
-            round_ = engine.on_end_of_input_round(key, self._cells, clock_ms=wall_ms)
+            round_ = engine.on_end_of_input_round(key, self._cells, clock_ms=wall_ms,
+                                                  waits_through_ms=self._waits_through_ms)
             step = Step(round_.lines, None)
+        if drain and self._writer is not None:
+            self._keep(key)
         yield from self._emit(step, timers, report=drain)
+
+    @property
+    def _waits_through_ms(self) -> int | None:
+        """With a snapshot, the input's latest event time; past it a wait stays pending."""
+        return None if self._snapshot is None else self._snapshot.waits_through_ms
+
+    def _restore(self, key: Any, record: bytes, timers: Any) -> Iterator[Any]:
+        """Start the key from its snapshot record; events that came first are queued again on it.
+
+        The record and the events reach the key by two paths, in either order;
+        events only queue until the input ends, so none has run yet.
+        """
+        engine = self._started()
+        assert self._refused is not None
+        entity = bytes.fromhex(key)
+        earlier = engine.queued(key, self._cells)
+        lines: list[Any] = []
+        try:
+            if self._refused.read() is not None or self._cells.state.seq.read() is not None:
+                raise StateCorruptError(f"the state snapshot holds more than one record for "
+                                        f"entity {entity!r}; one is expected",
+                                        cell="state_snapshot")
+            restored = restore_key(entity, [record])
+        except StateError as exc:
+            if self._refused.read() is None:
+                self._refused.write(record)
+            lines.extend(refuse_events(entity, earlier, exc, self._metrics))
+        else:
+            for held_cell in cells_by_name(self._cells).values():
+                held_cell.clear()  # type: ignore[union-attr]
+            for name, cell in cells_by_name(restored).items():
+                held = cell.read()
+                target: Any = cells_by_name(self._cells)[name]
+                if hasattr(cell, "clear"):
+                    for item in held or ():
+                        target.add(bytes(item))
+                elif held is not None:
+                    target.write(held)
+            for event in earlier:
+                if (refused := engine.enqueue(key, self._cells, event)) is not None:
+                    lines.append(refused)
+            for position in range(engine.queue_length(key, self._cells)):
+                timers.register_event_time_timer(FIRST_ROUND_MS + position)
+        # Every key with a record drains, with or without events: its cells go on.
+        timers.register_event_time_timer(END_OF_INPUT_MS)
+        yield from self._emit(Step(tuple(lines), None), timers)
+
+    def _refused_error(self, key: Any) -> StateError:
+        """Why the key's record was refused, for the dead letter of each later event."""
+        assert self._refused is not None
+        entity = bytes.fromhex(key)
+        try:
+            restore_key(entity, [bytes(self._refused.read())])
+        except StateError as exc:
+            return exc
+        return StateCorruptError(f"the state snapshot holds more than one record for entity "
+                                 f"{entity!r}; one is expected", cell="state_snapshot")
+
+    def _keep(self, key: Any) -> None:
+        """The key's drain is done: its cells (or refused record) go into the next generation."""
+        assert self._writer is not None and self._refused is not None
+        refused = self._refused.read()
+        record = bytes(refused) if refused is not None else snapshot_record(
+            bytes.fromhex(key), self._cells)
+        self._writer.add(record)
 
     def _admit(self, key: Any, event: bytes, timers: Any) -> Iterator[Any]:
         """Queue an unbounded input's event (late ones as the ordering says), then wake the key."""
@@ -217,6 +323,12 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
 
     def close(self) -> None:
         """Close the clients; activations still running are abandoned, their events still queued."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None

@@ -60,6 +60,8 @@ from beam_agents.flink._kafka import (
 from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.flink._operator import keyed_process
 from beam_agents.flink._shutdown import quiet_worker_shutdown
+from beam_agents.flink._snapshot import FlinkSnapshot, job_snapshot, snapshot_records
+from beam_agents.hosting._snapshot import SnapshotPlan, plan_snapshot
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,
@@ -70,7 +72,7 @@ from beam_agents.runtime import (
 )
 
 __all__ = ["MAX_PARALLELISM_LIMIT", "UIDS", "DecodeEvents", "FlinkJobOptions", "agent_stream",
-           "build_job", "environment", "flink_settings"]
+           "build_job", "environment", "flink_settings", "plan_job_snapshot"]
 
 _KEYED_EVENT = Types.TUPLE([Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
 
@@ -161,6 +163,14 @@ class FlinkJobOptions:
         flink_conf: More Flink configuration (``--flink_conf KEY=VALUE``), set
             last: what a local run's MiniCluster takes from no config.yaml
             (a metrics reporter, ...); on a cluster, its own config.yaml.
+        state_snapshot: ``--state_snapshot``: a folder or ``firestore://COLLECTION``
+            each key's keyed state is read from at the start and written to at
+            the end (files in event-time order only; see
+            `beam_agents.flink._snapshot`). None: keys start empty, unless the
+            job restores a savepoint.
+        firestore_project: The project of a ``firestore://`` snapshot
+            (``--firestore_project``).
+        firestore_database: Its database (``--firestore_database``).
     """
 
     input_files: tuple[str, ...]
@@ -182,6 +192,9 @@ class FlinkJobOptions:
     job_name: str = "beam-agents"
     kafka: KafkaJobOptions | None = None
     flink_conf: Mapping[str, str] = field(default_factory=dict)
+    state_snapshot: str | None = None
+    firestore_project: str | None = None
+    firestore_database: str | None = None
 
     def __post_init__(self) -> None:
         kafka = self.kafka or KafkaJobOptions(bootstrap_servers="-")
@@ -214,6 +227,15 @@ class FlinkJobOptions:
             raise ConfigError(f"--max_parallelism must be >= --parallelism "
                               f"({self.parallelism}), got {self.max_parallelism}",
                               field="max_parallelism")
+        if self.state_snapshot is not None:
+            if not self.input_files or not self.state_snapshot.strip():
+                raise ConfigError("--state_snapshot needs --input_files and a folder or "
+                                  "firestore://COLLECTION: a streaming job keeps its state in "
+                                  "Flink's checkpoints and savepoints", field="state_snapshot")
+            if self.event_order != "event_time":
+                raise ConfigError("--state_snapshot needs --event_order event_time: in arrival "
+                                  "order a key's events could run before its record is read",
+                                  field="state_snapshot")
 
 
 #: The file source decodes lines as ISO-8859-1, which maps each byte to one
@@ -341,7 +363,9 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
                  event_order: EventOrder = "event_time",
                  execution_mode: ExecutionMode = "process",
                  watermarks: WatermarkStrategy | None = None,
-                 ordering: EventOrdering | None = None) -> tuple[DataStream, DataStream]:
+                 ordering: EventOrdering | None = None,
+                 state: tuple[DataStream, FlinkSnapshot] | None = None,
+                 ) -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
     The job's core, apart from sources and sinks: put a Kafka or Pub/Sub
@@ -351,7 +375,9 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     `execution_mode` must be the job's ``python.execution-mode``. On an
     unbounded source, `watermarks` stamps each decoded event with its event
     time, and `ordering` runs it once the watermark has passed it (late
-    events as it says); see `beam_agents.flink._kafka`.
+    events as it says); see `beam_agents.flink._kafka`. `state` is a state
+    snapshot's records (`beam_agents.flink._snapshot.snapshot_records`, or
+    None when it holds none yet) and where the next generation goes.
     Its operators carry the uids of `UIDS`, so one job holds one agent stream.
     """
     decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
@@ -361,12 +387,16 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     if watermarks is not None:
         events = decoded.assign_timestamps_and_watermarks(watermarks).name("EventTime").uid(
             KAFKA_UIDS["timestamps"])
+    if state is not None and state[0] is not None:
+        # Each key's record joins its events before the key-by: no step sees every key.
+        events = events.union(state[0])
     keyed = events.key_by(_entity_of, key_type=Types.STRING())
     # PyFlink keys a stream with a Python operator of its own ahead of the
     # partitioning, which its API does not expose: set its uid on the transformation.
     keyed._j_data_stream.getTransformation().getInputs().get(0).setUid(UIDS["key_by"])
     activate = AgentKeyedProcessFunction(config, event_order=event_order,
-                                         execution_mode=execution_mode, ordering=ordering)
+                                         execution_mode=execution_mode, ordering=ordering,
+                                         snapshot=None if state is None else state[1])
     activated = (keyed_process(keyed, activate, Types.STRING(), "Activate")
                  .name("Activate").uid(UIDS["activate"]))
     # A side output is read through an operator of its own too (PyFlink maps it
@@ -376,8 +406,17 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
 
 
 def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
-              config: AgentConfig) -> tuple[DataStream, DataStream]:
-    """Add the agent job to `env`, from files or a topic to files or topics; returns its streams."""
+              config: AgentConfig, *,
+              snapshot: SnapshotPlan | None = None) -> tuple[DataStream, DataStream]:
+    """Add the agent job to `env`, from files or a topic to files or topics; returns its streams.
+
+    With ``options.state_snapshot``, pass the run's `snapshot` plan
+    (`plan_job_snapshot`), and commit it once the job has ended
+    (`beam_agents.flink._snapshot.commit_job_snapshot`); `run` does both.
+    """
+    if (options.state_snapshot is None) != (snapshot is None):
+        raise ConfigError("--state_snapshot and build_job's snapshot plan go together: plan it "
+                          "with plan_job_snapshot", field="state_snapshot")
     kafka = options.kafka
     ordering: EventOrdering | None = None
     watermarks: WatermarkStrategy | None = None
@@ -395,10 +434,13 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
         # its uid, a restored job reads on from where the savepoint stopped.
         lines = env.from_source(source, WatermarkStrategy.no_watermarks(),
                                 "ReadJsonl").uid(UIDS["source"])
+    state = None
+    if snapshot is not None:
+        state = (snapshot_records(env, snapshot), job_snapshot(snapshot, options.input_files))
     intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
                                    event_order=options.event_order,
                                    execution_mode=options.python_execution_mode,
-                                   watermarks=watermarks, ordering=ordering)
+                                   watermarks=watermarks, ordering=ordering, state=state)
     if options.output_path:
         intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
             UIDS["intents_sink"])
@@ -409,3 +451,17 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
         sink_to_kafka(env, kafka, None if options.output_path else intents,
                       None if options.errors_path else errors)
     return intents, errors
+
+
+def plan_job_snapshot(options: FlinkJobOptions) -> SnapshotPlan | None:
+    """``--state_snapshot``: its store, the generation it holds now, and the one this run writes.
+
+    Raises:
+        ConfigError: the URI is unusable; names the flag.
+        StateCorruptError: its manifest cannot be read by this version.
+        SnapshotUnavailable: its store failed.
+    """
+    if options.state_snapshot is None:
+        return None
+    return plan_snapshot(options.state_snapshot, project=options.firestore_project,
+                         database=options.firestore_database)

@@ -25,7 +25,7 @@ from beam_agents._summary import print_summary
 from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, read_tallies
 from beam_agents.runtime import AgentConfig, ErrorRecord, error_from_json
 
-__all__ = ["execute_with_summary"]
+__all__ = ["detached", "execute_with_summary"]
 
 Key = tuple[str, str]
 
@@ -45,7 +45,7 @@ def execute_with_summary(env: Any, options: Any, config: AgentConfig) -> Any:
     started = time.monotonic()
     try:
         result = env.execute(options.job_name)
-        if "Detached" in result._j_job_execution_result.getClass().getSimpleName():
+        if detached(result):
             return result
         elapsed_s = time.monotonic() - started
         counters: Counter[Key] = Counter()
@@ -80,6 +80,11 @@ def execute_with_summary(env: Any, options: Any, config: AgentConfig) -> Any:
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def detached(result: Any) -> bool:
+    """Whether `env.execute` returned at once, the job submitted detached (``flink run -d``)."""
+    return "Detached" in result._j_job_execution_result.getClass().getSimpleName()
 
 
 def _runs_here(env: Any) -> bool:

@@ -377,28 +377,31 @@ class KeyedEngine:
                 and self._queue.holds(key, cells.queued, running.event))
 
     def on_end_of_input_round(self, key: Hashable, cells: KeyCells, *,
-                              clock_ms: Callable[[], int]) -> Step:
+                              clock_ms: Callable[[], int],
+                              waits_through_ms: int | None = None) -> Step:
         """One round of a bounded input's end: finish the key's running activation, start its next.
 
         Hosts call it for every key, round after round
         (docs/decisions/0011-event-order.md). A round waits for a free slot rather than
         skipping the key, and drains only a key whose head waits out a retry.
         Returns with the next activation running (`Step.wake_at_ms` set), or
-        with the queue empty.
+        with the queue empty, or with only a wait's timeout past
+        `waits_through_ms` left (see `on_end_of_input`).
         """
         running = self._scheduler.running(key)
         if running is not None:
             concurrent.futures.wait([running.future])  # then `now` is when it finished
         lines: list[tuple[Channel, bytes]] = []
         while True:
-            step = self.on_wake(key, cells, clock_ms())
+            step = self.on_wake(key, cells, clock_ms(), waits_through_ms=waits_through_ms)
             lines.extend(step.lines)
-            after = self.next(key, cells, clock_ms())
+            after = self.next(key, cells, clock_ms(), waits_through_ms=waits_through_ms)
             if after.action == "slots_full":
                 self._scheduler.wait_for_slot(POLL_MS / 1000)
                 continue
             if after.action in ("retry", "breaker_open"):
-                rest = self.on_end_of_input(key, cells, clock_ms=clock_ms)
+                rest = self.on_end_of_input(key, cells, clock_ms=clock_ms,
+                                            waits_through_ms=waits_through_ms)
                 return Step((*lines, *rest.lines), rest.wake_at_ms)
             return Step(tuple(lines), step.wake_at_ms)
 
@@ -425,16 +428,20 @@ class KeyedEngine:
         return Step(tuple(lines), step.wake_at_ms)
 
     def on_end_of_input(self, key: Hashable, cells: KeyCells, *,
-                        clock_ms: Callable[[], int]) -> Step:
+                        clock_ms: Callable[[], int],
+                        waits_through_ms: int | None = None) -> Step:
         """Run the key's queue to the end, blocking: the end of a bounded input.
 
         Called from an end-of-input callback, as a finished input moves no
-        processing time on; retries still wait out their backoff.
+        processing time on; retries still wait out their backoff. With a
+        state snapshot the input is not the end of time: `waits_through_ms`
+        is its latest event time, and a wait's timeout past it stays queued
+        for the next run (invariant 14).
         """
         now = clock_ms
         lines: list[tuple[Channel, bytes]] = []
         while True:
-            step = self.on_wake(key, cells, now(), wait_s=0.05)
+            step = self.on_wake(key, cells, now(), wait_s=0.05, waits_through_ms=waits_through_ms)
             lines.extend(step.lines)
             if step.wake_at_ms is None:
                 return Step(tuple(lines), None)
