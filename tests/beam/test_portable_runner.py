@@ -41,7 +41,7 @@ from google.protobuf import json_format
 
 from beam_agents.beam import build_pipeline
 from beam_agents.beam._runner import FINISH_BUNDLE_BEFORE_CHECKPOINTING as FINISH
-from beam_agents.beam._runner import with_runner_safeguards
+from beam_agents.beam._runner import FLINK_STREAMING_BUNDLE_SIZE, with_runner_safeguards
 from beam_agents.cli import main
 from tests._emulators import free_port
 
@@ -333,18 +333,22 @@ def test_build_beam_jar_sh_hands_the_executable_path_to_the_job_server(
     assert not jar.exists()  # only the Java job server writes it
 
 
-def test_a_streaming_flink_run_finishes_bundles_before_checkpoints_unless_told() -> None:
-    """The FlinkRunner on --streaming gets --finish_bundle_before_checkpointing; nothing else does.
+def test_a_streaming_flink_run_finishes_small_bundles_before_checkpoints_unless_told() -> None:
+    """The FlinkRunner on --streaming finishes small bundles before unaligned checkpoints.
 
-    Without it a checkpoint can buffer a bundle's lines behind the final
-    watermark (`with_runner_safeguards`; tests/portable runs it for real).
+    Without the switch a checkpoint can buffer a bundle's lines behind the
+    final watermark; without the bound a barrier waits for a bundle as long
+    as the input (`with_runner_safeguards`; tests/portable runs both for real).
+    A flag the user gave is kept as given; nothing else gets them.
     """
+    small = f"--max_bundle_size={FLINK_STREAMING_BUNDLE_SIZE}"
+    unaligned = "--unaligned_checkpoint_enabled"
     flink = ["--runner=FlinkRunner", "--input_files=x.jsonl"]
-    assert with_runner_safeguards(flink, streaming=True) == [*flink, FINISH]
+    assert with_runner_safeguards(flink, streaming=True) == [*flink, FINISH, small, unaligned]
     assert with_runner_safeguards(flink, streaming=False) == flink
-    given = [*flink, FINISH]
-    assert with_runner_safeguards(given, streaming=True) == given  # not twice
+    given = [*flink, FINISH, "--max_bundle_size=100", "--unaligned_checkpoint_enabled=false"]
+    assert with_runner_safeguards(given, streaming=True) == given  # not twice, not overridden
     direct = ["--runner=DirectRunner", "--input_files=x.jsonl"]
     assert with_runner_safeguards(direct, streaming=True) == direct
     dotted = ["--runner=apache_beam.runners.portability.flink_runner.FlinkRunner"]
-    assert with_runner_safeguards(dotted, streaming=True) == [*dotted, FINISH]
+    assert with_runner_safeguards(dotted, streaming=True) == [*dotted, FINISH, small, unaligned]

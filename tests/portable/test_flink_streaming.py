@@ -77,9 +77,8 @@ def test_a_task_manager_killed_mid_input_loses_no_event_and_repays_only_calls_in
     run 1..n with no gap and no repeat (invariants 6, 8); and the model server
     is paid again only for calls that were in flight at the kill, at most
     max_in_flight per worker: the rest replay from the journal (invariant 9).
-    The case after a checkpoint is out of `make test` (`make
-    test-portable-failover`): the first checkpoint can complete only as the
-    input runs out (docs/testing.md).
+    A checkpoint completes mid-input because the job runs with small bundles
+    and unaligned checkpoints (`with_runner_safeguards`; docs/testing.md).
     """
     events = write_events(tmp_path / "events.jsonl", keys=16, per_key=12)
     max_in_flight, parallelism = 2, 2

@@ -39,7 +39,8 @@ SCRIPTS = sorted(FLINK.glob("*.sh"))
 # Options of the Flink runner's Java side (FlinkPipelineOptions). Python does not know them and
 # forwards them to the job server; tests/beam/test_portable_runner.py shows them arriving.
 JAVA_SIDE_FLAGS = frozenset({"--checkpointing_interval", "--shutdown_sources_after_idle_ms",
-                             "--finish_bundle_before_checkpointing"})
+                             "--finish_bundle_before_checkpointing", "--max_bundle_size",
+                             "--unaligned_checkpoint_enabled"})
 # Flags of other programs the README names, with where they are defined.
 OTHER_PROGRAM_FLAGS = {
     "--python": "the flink CLI's `flink run --python`",

@@ -84,25 +84,17 @@ bench: $(PRISM_LATEST) $(JOB_SERVER_JAR)
 
 # The FlinkRunner suite: the batch pipeline on embedded Flink and `flink run`
 # of the portable jar on a standalone cluster, the streaming path with
-# checkpoints, and a task manager killed mid-input before the first checkpoint. It runs after the Beam-latest
-# line, in that part's slot: a fourth process beside the three (its JVMs
-# included) slowed the timing-bound flow-control and end-of-input tests past
-# their bounds, and the line and this suite together still end before the
-# dev line's Flink part.
+# checkpoints, and a task manager killed mid-input, before the first checkpoint and
+# after one. It runs after the Beam-latest line, in that part's slot: a fourth
+# process beside the three (its JVMs included) slowed the timing-bound flow-control
+# and end-of-input tests past their bounds, and the line and this suite together
+# still end before the dev line's Flink part.
 TEST_PARTS := $(filter-out test-latest,$(TEST_PARTS)) test-latest-portable
 .PHONY: test-latest-portable
 test-latest-portable: $(LATEST)/.installed $(PORTABLE_ENVS)
 	@$(MAKE) --no-print-directory test-latest; latest=$$?; \
 	$(MAKE) --no-print-directory test-portable; portable=$$?; \
 	test $$latest -eq 0 && test $$portable -eq 0
-# The kill after a checkpoint is out of it: with bundles finished before each
-# barrier, the first checkpoint can take as long as the input (docs/testing.md,
-# "The streaming path on the FlinkRunner"); `make test-portable-failover` runs it.
-FAILOVER_AFTER_CHECKPOINT := tests/portable/test_flink_streaming.py::test_a_task_manager_killed_mid_input_loses_no_event_and_repays_only_calls_in_flight[after_a_checkpoint]
-.PHONY: test-portable-failover
 test-portable: $(PORTABLE_ENVS)
 	$(FLINK_RUNNER_VENV)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/portable \
-	    tests/portable --deselect '$(FAILOVER_AFTER_CHECKPOINT)'
-test-portable-failover: $(PORTABLE_ENVS)
-	$(FLINK_RUNNER_VENV)/bin/python -m pytest --basetemp=$(abspath .pytest-tmp)/portable-failover \
-	    '$(FAILOVER_AFTER_CHECKPOINT)'
+	    tests/portable

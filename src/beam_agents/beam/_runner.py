@@ -28,6 +28,12 @@ __all__ = ["RunnerReport", "runner_report", "watch_runner", "with_runner_safegua
 #: FlinkPipelineOptions' switch that finishes a bundle before a checkpoint's
 #: barrier instead of inside the snapshot (see `with_runner_safeguards`).
 FINISH_BUNDLE_BEFORE_CHECKPOINTING = "--finish_bundle_before_checkpointing"
+MAX_BUNDLE_SIZE = "--max_bundle_size"
+UNALIGNED_CHECKPOINTS = "--unaligned_checkpoint_enabled"
+
+#: Elements a streaming FlinkRunner bundle holds at most, unless ``--max_bundle_size``
+#: says otherwise (see `with_runner_safeguards`).
+FLINK_STREAMING_BUNDLE_SIZE = 16
 
 #: The logger Beam's DirectRunner reports its Prism try and fallback on.
 _DIRECT_LOGGER = "apache_beam.runners.direct.direct_runner"
@@ -142,11 +148,27 @@ def with_runner_safeguards(argv: list[str], *, streaming: bool) -> list[str]:
     activations' lines missing and no error (2 runs of 9 here, checkpoints
     every 500 ms). ``--finish_bundle_before_checkpointing`` finishes the
     bundle before the barrier instead, so nothing is buffered.
+
+    A barrier then waits for the open bundle, and Beam's Flink operators
+    hand the Python worker up to 1,000 elements a bundle; the agent's step
+    takes each element only as its key has room (backpressure), so such a
+    bundle lasts as long as the input. An aligned barrier also queues behind
+    every element buffered ahead of the agent's step, and a backpressured
+    stream buffers the input. On a loaded cluster the first checkpoint took
+    19-24 s and completed only as the input ran out. So, as the native Flink
+    job does: ``--max_bundle_size`` `FLINK_STREAMING_BUNDLE_SIZE` bounds the
+    wait by a few activations, and ``--unaligned_checkpoint_enabled`` lets
+    the barrier overtake the buffered elements (they go into the checkpoint).
     """
     runner = str(PipelineOptions(argv).view_as(StandardOptions).runner or "")
     if not streaming or runner.rsplit(".", 1)[-1] != "FlinkRunner":
         return argv
-    if any(arg.split("=", 1)[0] == FINISH_BUNDLE_BEFORE_CHECKPOINTING for arg in argv):
-        return argv
+    given = {arg.split("=", 1)[0] for arg in argv}
     # A switch: the job server declares it boolean, so it takes no value.
-    return [*argv, FINISH_BUNDLE_BEFORE_CHECKPOINTING]
+    added = [] if FINISH_BUNDLE_BEFORE_CHECKPOINTING in given else [
+        FINISH_BUNDLE_BEFORE_CHECKPOINTING]
+    if MAX_BUNDLE_SIZE not in given:
+        added.append(f"{MAX_BUNDLE_SIZE}={FLINK_STREAMING_BUNDLE_SIZE}")
+    if UNALIGNED_CHECKPOINTS not in given:
+        added.append(UNALIGNED_CHECKPOINTS)
+    return [*argv, *added]
