@@ -282,13 +282,16 @@ def client_config(bootstrap: str, **extra: object) -> dict[str, object]:
 
 
 def produce(bootstrap: str, topic: str, values: Sequence[bytes], *,
-            keys: Sequence[bytes | None] | None = None, partition: int | None = None) -> None:
-    """Publish `values` (with `keys`, or all to `partition`) and wait until the broker has them."""
+            keys: Sequence[bytes | None] | None = None, partition: int | None = None,
+            headers: Sequence[dict[str, bytes]] | None = None) -> None:
+    """Publish `values` (with `keys` and `headers`, or all to `partition`); wait for them."""
     from confluent_kafka import Producer  # noqa: PLC0415
 
     producer = Producer(client_config(bootstrap, **{"linger.ms": 5, "enable.idempotence": True}))
     for index, value in enumerate(values):
-        where = {} if partition is None else {"partition": partition}
+        where: dict[str, object] = {} if partition is None else {"partition": partition}
+        if headers is not None and headers[index]:
+            where["headers"] = list(headers[index].items())
         producer.produce(topic, value=value, key=None if keys is None else keys[index], **where)
         producer.poll(0)
     left = producer.flush(60)

@@ -269,10 +269,14 @@ class DecodeEvents(ProcessFunction):
         self._decode = InputDecoder(self._format, self._metrics,
                                     max_event_bytes=self._max_event_bytes, charset=self._charset)
 
-    def process_element(self, value: str, ctx: Any) -> Iterator[Any]:
-        """Decode one line."""
+    def process_element(self, value: str | tuple[str, str], ctx: Any) -> Iterator[Any]:
+        """Decode one line, or one ``(line, traceparent)`` from a source that carries it."""
         assert self._decode is not None and self._metrics is not None, "open() was not called"
-        decoded = self._decode(value)
+        if isinstance(value, str):
+            decoded = self._decode(value)
+        else:
+            line, parent = value
+            decoded = self._decode(line, traceparent=parent or None)
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
             yield ERRORS, error_to_json(decoded).decode()

@@ -4,7 +4,10 @@ Source. A ``KafkaSource`` reads the topic's values as ISO-8859-1 text, one
 char per byte (as the file source does, `FILE_CHARSET`), so the decoder sees
 each record's exact bytes: a record that is not UTF-8, not JSON or over
 ``--max_event_bytes`` becomes a DECODE dead letter, never a crash (invariant
-8). Its position (the partitions' offsets) is in every checkpoint; the group's
+8). Beside each value it reads the record's ``traceparent`` header (W3C trace
+context; PyFlink's own reader keeps values only, hence our small Java reader,
+`kafka_jar`), so the activation is a child of the producer's span. Its
+position (the partitions' offsets) is in every checkpoint; the group's
 committed offsets are only for monitoring and ``committed`` starts.
 
 Event time. Timestamps come from each event's ``event_time_ms`` and
@@ -22,8 +25,10 @@ checkpoint completes, so a ``read_committed`` consumer sees each once across
 failovers. Intents are keyed by entity key, so one entity's intents share a
 partition and keep their order; a dead letter carries its stage and the event
 bytes as the headers ``stage`` and ``event`` (and its entity as key, when
-known). The table sink, not the DataStream one, because only it writes
-headers without Java code of ours.
+known). Both carry the activation's ``traceparent`` as a header of that name
+when tracing is on, so a consumer's span continues the producer's trace. The
+table sink, not the DataStream one, because only it writes headers without
+Java code of ours.
 """
 
 from __future__ import annotations
@@ -31,24 +36,27 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyflink.common import Duration, Row, Types, WatermarkStrategy
-from pyflink.common.serialization import SimpleStringSchema
 from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.kafka import KafkaOffsetResetStrategy as _Reset
 from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+from pyflink.java_gateway import get_gateway
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json
+from beam_agents.tracing import TRACEPARENT
 
 if TYPE_CHECKING:  # the table planner loads only for a job that writes topics
     from pyflink.table import StatementSet, TableDescriptor
 
 __all__ = ["KAFKA_UIDS", "KafkaJobOptions", "StartingOffsets", "event_time_watermarks",
-           "kafka_lines", "sink_to_kafka"]
+           "kafka_jar", "kafka_lines", "sink_to_kafka"]
 
 #: Where a job with no position in its checkpoint starts reading the input topic.
 StartingOffsets = Literal["committed", "earliest", "latest"]
@@ -57,7 +65,11 @@ StartingOffsets = Literal["committed", "earliest", "latest"]
 KAFKA_UIDS = {"source": "read-kafka", "timestamps": "event-time"}
 
 _BYTES = Types.PRIMITIVE_ARRAY(Types.BYTE())
-_INTENT_ROW = Types.ROW_NAMED(["k", "v"], [_BYTES, _BYTES])
+_INTENT_ROW = Types.ROW_NAMED(["k", "v", "headers"], [_BYTES, _BYTES, Types.MAP(Types.STRING(),
+                                                                                  _BYTES)])
+
+#: The reader of records with their trace context, in the jar `kafka_jar` names.
+_READER_CLASS = "beam_agents.flink.TraceparentRecords"
 _ERROR_ROW = Types.ROW_NAMED(["k", "v", "headers"], [_BYTES, _BYTES, Types.MAP(Types.STRING(),
                                                                                  _BYTES)])
 
@@ -143,17 +155,36 @@ def parse_properties(pairs: list[str] | tuple[str, ...],
     return properties
 
 
+def kafka_jar() -> Path:
+    """Where the Kafka toolchain (``make kafka-toolchain``) puts our record reader's jar."""
+    return Path(str(resources.files("beam_agents.flink").joinpath(
+        "_jars", "beam-agents-flink-kafka.jar")))
+
+
 def kafka_lines(env: StreamExecutionEnvironment, options: KafkaJobOptions,
                 charset: str) -> DataStream:
-    """The input topic's record values as text in `charset`, from a `KafkaSource`."""
+    """The input topic's records as ``(value as text in `charset`, traceparent header or "")``.
+
+    Raises:
+        ConfigError: the reader's jar was not built; names how to build it.
+    """
     assert options.input_topic is not None
+    jar = kafka_jar()
+    if not jar.is_file():
+        raise ConfigError(f"the Kafka job's record reader is missing ({jar}): build it with "
+                          "`make kafka-toolchain` (javac, against the Kafka connector)",
+                          field="input_kafka_topic")
+    env.add_jars(jar.resolve().as_uri())
+    reader: Any = get_gateway().jvm
+    for part in _READER_CLASS.split("."):
+        reader = getattr(reader, part)
     reset = {"committed": KafkaOffsetsInitializer.committed_offsets(_Reset.EARLIEST),
              "earliest": KafkaOffsetsInitializer.earliest(),
              "latest": KafkaOffsetsInitializer.latest()}[options.starting_offsets]
     builder = (KafkaSource.builder().set_bootstrap_servers(options.bootstrap_servers)
                .set_topics(options.input_topic).set_group_id(options.group_id)
-               .set_starting_offsets(reset)
-               .set_value_only_deserializer(SimpleStringSchema(charset)))
+               .set_starting_offsets(reset))
+    builder._j_builder.setDeserializer(reader(charset))  # PyFlink wraps value-only readers only
     for name, value in {"commit.offsets.on.checkpoint": "true", **options.properties}.items():
         builder = builder.set_property(name, value)
     # No watermarks here: event time is in the JSON, read once it is decoded.
@@ -178,27 +209,33 @@ def event_time_watermarks(options: KafkaJobOptions) -> WatermarkStrategy:
 
 
 def _intent_row(line: str) -> Row:
-    """An intent line -> (entity key, the line): one entity's intents share a partition."""
-    entity = json.loads(line)["entity_key"]
+    """An intent line -> (entity key, the line, its traceparent as a header, if any).
+
+    Keyed by entity, so one entity's intents share a partition.
+    """
+    doc = json.loads(line)
+    entity = doc["entity_key"]
+    parent = doc.get(TRACEPARENT)
     return Row(k=entity.encode() if isinstance(entity, str) else bytes(entity),
-               v=line.encode())
+               v=line.encode(), headers={TRACEPARENT: parent.encode()} if parent else {})
 
 
 def _error_row(line: str) -> Row:
-    """A dead letter -> (entity key or null, the line, headers stage and event)."""
+    """A dead letter -> (entity key or null, the line, headers stage, event and traceparent)."""
     record: ErrorRecord = error_from_json(line)
     stage = ErrorRecord.Stage.Name(record.stage)
-    return Row(k=record.entity_key or None, v=line.encode(),
-               headers={"stage": stage.encode(), "event": bytes(record.event)})
+    headers = {"stage": stage.encode(), "event": bytes(record.event)}
+    if record.traceparent:
+        headers[TRACEPARENT] = record.traceparent.encode()
+    return Row(k=record.entity_key or None, v=line.encode(), headers=headers)
 
 
-def _sink(options: KafkaJobOptions, topic: str, part: str, *, headers: bool) -> TableDescriptor:
+def _sink(options: KafkaJobOptions, topic: str, part: str) -> TableDescriptor:
     from pyflink.table import DataTypes, Schema, TableDescriptor  # noqa: PLC0415
 
-    schema = Schema.new_builder().column("k", DataTypes.BYTES()).column("v", DataTypes.BYTES())
-    if headers:
-        schema = schema.column_by_metadata("headers", DataTypes.MAP(DataTypes.STRING(),
-                                                                     DataTypes.BYTES()))
+    schema = (Schema.new_builder().column("k", DataTypes.BYTES()).column("v", DataTypes.BYTES())
+              .column_by_metadata("headers", DataTypes.MAP(DataTypes.STRING(),
+                                                           DataTypes.BYTES())))
     descriptor = (TableDescriptor.for_connector("kafka").schema(schema.build())
                   .option("topic", topic)
                   .option("properties.bootstrap.servers", options.bootstrap_servers)
@@ -228,13 +265,13 @@ def sink_to_kafka(env: StreamExecutionEnvironment, options: KafkaJobOptions,
         assert options.output_topic is not None
         rows = intents.map(_intent_row, output_type=_INTENT_ROW).name("KeyIntents").uid(
             "key-intents")
-        statements.add_insert(_sink(options, options.output_topic, "intents", headers=False),
+        statements.add_insert(_sink(options, options.output_topic, "intents"),
                               tables.from_data_stream(rows))
     if errors is not None:
         assert options.errors_topic is not None
         rows = errors.map(_error_row, output_type=_ERROR_ROW).name("HeadErrors").uid(
             "head-errors")
-        statements.add_insert(_sink(options, options.errors_topic, "errors", headers=True),
+        statements.add_insert(_sink(options, options.errors_topic, "errors"),
                               tables.from_data_stream(rows))
     statements.attach_as_datastream()
     return statements
