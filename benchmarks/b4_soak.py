@@ -24,7 +24,7 @@ from typing import Any
 
 from beam_agents.hosting import start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.model import ModelConfig
+from beam_agents.model import LocalModelConfig, ModelConfig
 from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks._agents import CountingCompactor
 from benchmarks._harness import Profile
@@ -50,7 +50,7 @@ def run(profile: Profile) -> dict[str, Any]:
         script = Path(scratch) / "reply.jsonl"
         script.write_text(json.dumps({"text": "r" * 3_000}) + "\n")
         config = AgentConfig(agent="benchmarks._agents:grow", compactor=compactor,
-                             model=ModelConfig(script_path=str(script)))
+                             model=ModelConfig(local=LocalModelConfig(script_path=str(script))))
         runtime = start_runtime(config, metrics=metrics)
     states = {index: KeyedState() for index in range(keys)}
     max_state = {index: 0 for index in range(keys)}

@@ -1,9 +1,10 @@
 """B6. Model-latency-bound throughput: the provider answers after 200 ms, 64 keys in flight.
 
 The agent (`benchmarks._agents.slow_reply`) makes one model call per event;
-the local model waits 200 ms before answering (``ModelConfig.latency_ms``),
-as a hosted model would, so CPU is not what a worker runs out of: one
-activation at a time, a worker does 5 events/s whatever it runs on. The
+the local model waits 200 ms before answering
+(``ModelConfig.local.latency_ms``), as a hosted model would, so CPU is not
+what a worker runs out of: one activation at a time, a worker does 5
+events/s whatever it runs on. The
 engine runs up to ``AgentConfig.max_in_flight`` (64) activations of
 different keys at once, one per key, so with 64 keys the ideal is 64 times
 the serial rate. Each path runs the same events, round-robin over 64 keys,
@@ -51,7 +52,7 @@ from collections.abc import Callable
 from typing import Any
 
 from beam_agents.hosting import start_runtime
-from beam_agents.model import ModelConfig
+from beam_agents.model import LocalModelConfig, ModelConfig
 from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
 from benchmarks import _flink
 from benchmarks._beam import run_batch, run_streaming, run_streaming_floor
@@ -64,7 +65,8 @@ KEYS = 64
 #: The least ratio to serial each path should reach: half of ``min(KEYS, max_in_flight)``.
 TARGET = 32
 _AGENT = "benchmarks._agents:slow_reply"
-_CONFIG = AgentConfig(agent=_AGENT, model=ModelConfig(latency_ms=LATENCY_MS))
+_CONFIG = AgentConfig(agent=_AGENT,
+                      model=ModelConfig(local=LocalModelConfig(latency_ms=LATENCY_MS)))
 _FLINK_FLAGS = ["--agent", _AGENT, "--model_latency_ms", str(LATENCY_MS)]
 _PATHS = ("batch", "streaming", "flink", "flink_thread")
 #: Measured like a path, reported inside the streaming path as its baseline.

@@ -1,10 +1,10 @@
 """B7. The call journal's own cost: a journaled model call against an unjournaled one.
 
 Measured at the activation core (`ActivationRuntime.activate`) with the local
-model answering at once (``latency_ms=0``), so the difference between the two
-is the journal's work and nothing else: the activation's one range read of
-its ``(entity_key, seq)`` and, for the call it pays, the write awaited before
-the agent sees the response (invariant 9). Each timed call is a fresh
+model answering at once (``ModelConfig.local.latency_ms=0``), so the
+difference between the two is the journal's work and nothing else: the
+activation's one range read of its ``(entity_key, seq)`` and, for the call it
+pays, the write awaited before the agent sees the response (invariant 9). Each timed call is a fresh
 activation of a fresh key (seq 1, empty state), so every one pays its call and
 nothing is replayed. Two runtimes run side by side, one with the journal and
 one without, alternating call by call (`benchmarks._harness.interleaved`);
@@ -44,6 +44,7 @@ from beam_agents.model import (
     JournalEntry,
     JournalWrite,
     LearnedRateRecord,
+    LocalModelConfig,
     ModelConfig,
     ModelProvider,
 )
@@ -104,7 +105,7 @@ def open_runtime(journal: CallJournal | None, *, provider: ModelProvider | None 
     is `benchmarks._agents.slow_reply`, one model call per event, or with
     `tool_call` `benchmarks._agents.one_tool_call`, one tool call per event.
     """
-    config = AgentConfig(agent=AGENT, model=ModelConfig(latency_ms=0))
+    config = AgentConfig(agent=AGENT, model=ModelConfig(local=LocalModelConfig(latency_ms=0)))
     return ActivationRuntime(config, agent=one_tool_call if tool_call else slow_reply,
                              provider=provider if provider is not None
                              else build_provider(config.model),

@@ -220,10 +220,10 @@ def check_model_script(model: ModelConfig) -> None:
     Raises:
         ConfigError: the script cannot be read, or a line is bad; names the line.
     """
-    if model.provider == "local" and model.script_path:
+    if model.provider == "local" and model.local.script_path:
         from beam_agents.model.providers.local import load_script  # noqa: PLC0415
 
-        load_script(model.script_path)
+        load_script(model.local.script_path)
 
 
 def _replay(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags
+from beam_agents.model import LocalModelConfig
 from beam_agents.stores import SqliteLongtermConfig
 
 
@@ -38,6 +39,27 @@ def test_explicit_flags_override_the_config_file(tmp_path: Path) -> None:
                                             "--activation_timeout_ms", "700"))
     assert (config.agent, config.timeout_ms, config.max_intent_bytes) == (
         "tests.agents:counter", 700, 1234)
+
+
+def test_the_local_model_flags_map_onto_its_own_config(tmp_path: Path) -> None:
+    script = tmp_path / "script.jsonl"
+    config = agent_config_from_flags(_flags(
+        "--agent", "tests.agents:counter", "--model_script", str(script),
+        "--model_latency_ms", "20", "--model_outage", "40:3s", "--model_quota", "60"))
+    assert config.model.local == LocalModelConfig(
+        script_path=str(script), latency_ms=20, outage_first_call=40, outage_ms=3000,
+        quota_rps=60.0)
+
+
+def test_a_local_model_flag_overrides_the_file_in_either_spelling(tmp_path: Path) -> None:
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"agent": "tests.agents:counter",
+                                "model": {"latency_ms": 5, "local": {"outage_first_call": 2,
+                                                                     "outage_calls": 1}}}))
+    config = agent_config_from_flags(_flags("--agent_config", str(path),
+                                            "--model_latency_ms", "7"))
+    assert config.model.local == LocalModelConfig(latency_ms=7, outage_first_call=2,
+                                                  outage_calls=1)
 
 
 def test_longterm_store_none_disables_long_term_memory(tmp_path: Path) -> None:
@@ -112,7 +134,7 @@ def test_the_flow_control_and_budget_flags_map_onto_the_config() -> None:
         "--model_quota", "30", "--max_tokens_per_entity", "50000",
         "--budget_window_ms", "3600000"))
     model = config.model
-    assert (model.max_rps, model.max_tpm, model.quota_rps) == (12.5, 90000, 30.0)
+    assert (model.max_rps, model.max_tpm, model.local.quota_rps) == (12.5, 90000, 30.0)
     assert (model.price_in_per_mtok, model.price_out_per_mtok) == (0.15, 0.6)
     assert (config.max_tokens_per_entity, config.budget_window_ms) == (50000, 3_600_000)
 
@@ -120,6 +142,6 @@ def test_the_flow_control_and_budget_flags_map_onto_the_config() -> None:
 def test_without_the_flags_nothing_is_paced_capped_or_priced() -> None:
     config = agent_config_from_flags(_flags("--agent", "tests.agents:counter"))
     model = config.model
-    assert (model.max_rps, model.max_tpm, model.quota_rps) == (None, None, None)
+    assert (model.max_rps, model.max_tpm, model.local.quota_rps) == (None, None, None)
     assert (model.price_in_per_mtok, model.price_out_per_mtok) == (None, None)
     assert (config.max_tokens_per_entity, config.budget_window_ms) == (None, 86_400_000)

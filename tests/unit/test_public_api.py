@@ -38,7 +38,8 @@ PUBLIC = {
         "API_KEY_SOURCES", "DEFAULT_BUDGET_WINDOW_MS", "DEFAULT_JOURNAL_TTL_MS",
         "BreakerConfig", "BreakerRegistry", "BreakerState", "CachedResponse", "CallJournal",
         "CallJournalConfig", "CircuitBreaker", "InMemoryCallJournal", "JournalEntry",
-        "JournalWrite", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message", "ModelConfig", "ModelFacade",
+        "JournalWrite", "LocalModelConfig", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message",
+        "ModelConfig", "ModelFacade",
         "ModelProvider", "ModelRequest", "ModelResponse", "ReplayCache", "TTL_MS", "ToolCall",
         "compute_cache_key",
         # Flow control and cost (invariants 11 and 12).

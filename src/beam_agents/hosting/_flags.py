@@ -11,13 +11,13 @@ from typing import Any
 __all__ = ["BUDGET_FLAGS", "ENGINE_FLAGS", "FLOW_FLAGS", "MODEL_FLAGS", "RETRY_FLAGS",
            "STORE_FLAGS", "TRACING_FLAGS", "add_agent_flags"]
 
-#: flag, ModelConfig field, help
+#: flag, ModelConfig field (``local.``: a `LocalModelConfig` field), help
 MODEL_FLAGS = (
     ("model_id", "model_id", "Model name, e.g. gemini-2.5-flash."),
     ("model_project", "project", "Google Cloud project for Vertex AI."),
     ("model_location", "location", "Vertex AI region, e.g. us-central1."),
     ("model_base_url", "base_url", "OpenAI-compatible server root."),
-    ("model_script", "script_path", "JSONL of scripted replies (local provider)."),
+    ("model_script", "local.script_path", "JSONL of scripted replies (local provider)."),
     ("model_api_key_secret", "api_key_secret", "Secret Manager secret version holding the "
      "API key, projects/P/secrets/S/versions/V; each worker reads it at setup, so the key is "
      "never part of the job graph."),
@@ -56,7 +56,8 @@ RETRY_FLAGS = (
     ("max_attempts", "max_attempts", "Attempts before a retriable failure becomes a dead "
      "letter, the first included (default 8)."),
 )
-#: flag, ModelConfig field, number type, help: flow control and cost (invariants 11, 12)
+#: flag, ModelConfig field (``local.``: a `LocalModelConfig` field), number type, help:
+#: flow control and cost (invariants 11, 12)
 FLOW_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("model_max_rps", "max_rps", float, "Requests per second each worker sends the model at "
      "most; set it to the provider's quota divided by the workers. Unset: each worker learns "
@@ -68,7 +69,7 @@ FLOW_FLAGS: tuple[tuple[str, str, type, str], ...] = (
      "tokens; with it the summary estimates the spend."),
     ("model_price_out_per_mtok", "price_out_per_mtok", float, "Price of a million completion "
      "tokens."),
-    ("model_quota", "quota_rps", float, "Local provider only: a simulated account quota, in "
+    ("model_quota", "local.quota_rps", float, "Local provider only: a simulated account quota, in "
      "requests per second per worker; past it the model answers 429 with Retry-After: 1."),
 )
 #: flag, AgentConfig field, help: the per-entity token budget (invariant 12)

@@ -92,14 +92,30 @@ def _outage(text: str) -> dict[str, int]:
     first, sep, extent = str(text).partition(":")
     if sep and first.isdigit() and int(first) >= 1:
         if extent.isdigit():
-            return {"outage_first_call": int(first), "outage_calls": int(extent)}
+            return {"local.outage_first_call": int(first), "local.outage_calls": int(extent)}
         for unit, scale in (("ms", 1), ("s", 1000)):
             number = extent.removesuffix(unit)
             if number != extent and number.isdigit() and int(number) > 0:
-                return {"outage_first_call": int(first), "outage_ms": int(number) * scale}
+                return {"local.outage_first_call": int(first),
+                        "local.outage_ms": int(number) * scale}
     raise ConfigError(f"--model_outage must be FIRST:COUNT (a run of calls, e.g. 40:4) or "
                       f"FIRST:DURATION (a span of time from call FIRST, e.g. 40:3s or 40:2500ms) "
                       f"with FIRST >= 1, got {text!r}", field="model_outage")
+
+
+def _set_model(model: dict[str, Any], key: str, value: Any) -> None:
+    """Set a flag's `ModelConfig` field, or its `LocalModelConfig` field for ``local.NAME``.
+
+    The flag wins over the ``--agent_config`` file's value, under ``local`` or
+    in the file's older flat spelling (``model.NAME``).
+    """
+    section, dot, name = key.partition(".")
+    if not dot:
+        model[key] = value
+        return
+    model.pop(name, None)
+    current = model.get(section)
+    model[section] = {**(current if isinstance(current, Mapping) else {}), name: value}
 
 
 def _number_flag(flag: str, text: object, kind: type) -> int | float:
@@ -174,14 +190,15 @@ def agent_config_from_flags(values: Mapping[str, Any], *,
         # A flag naming where the key lives replaces whichever the file names.
         for source in API_KEY_SOURCES:
             model.pop(source, None)
-    model.update(flagged)
     if given("model_latency_ms") is not None:
-        model["latency_ms"] = given("model_latency_ms")
+        flagged["local.latency_ms"] = given("model_latency_ms")
     if given("model_outage") is not None:
-        model.update(_outage(given("model_outage")))
+        flagged.update(_outage(given("model_outage")))
     for flag, key, kind, _ in FLOW_FLAGS:
         if given(flag) is not None:
-            model[key] = _number_flag(flag, given(flag), kind)
+            flagged[key] = _number_flag(flag, given(flag), kind)
+    for key, value in flagged.items():
+        _set_model(model, key, value)
     data["model"] = model
     for flag, key, _ in BUDGET_FLAGS:
         if given(flag) is not None:

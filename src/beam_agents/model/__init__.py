@@ -11,7 +11,12 @@ from beam_agents.model._admission import ProviderAdmission, WaitLedger, estimate
 from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBreaker
 from beam_agents.model._budget import DEFAULT_BUDGET_WINDOW_MS, TokenBudget
 from beam_agents.model._cache_key import compute_cache_key
-from beam_agents.model._config import API_KEY_SOURCES, BreakerConfig, ModelConfig
+from beam_agents.model._config import (
+    API_KEY_SOURCES,
+    BreakerConfig,
+    LocalModelConfig,
+    ModelConfig,
+)
 from beam_agents.model._facade import ModelFacade
 from beam_agents.model._journal import (
     DEFAULT_JOURNAL_TTL_MS,
@@ -59,6 +64,7 @@ __all__ = [
     "JournalEntry",
     "JournalWrite",
     "LearnedRateRecord",
+    "LocalModelConfig",
     "Message",
     "ModelConfig",
     "ModelFacade",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -24,7 +25,7 @@ from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 
 __all__ = ["API_KEY_ENV", "API_KEY_SECRET", "API_KEY_SOURCES", "PROVIDERS", "BreakerConfig",
-           "ModelConfig"]
+           "LocalModelConfig", "ModelConfig"]
 
 PROVIDERS = frozenset({"local", "gemini", "openai"})
 
@@ -40,17 +41,18 @@ API_KEY_SOURCES = ("api_key_secret", "api_key_env", "api_key")
 _KEY_FLAGS = "--model_api_key_secret or --model_api_key_env"
 
 # Which optional settings each provider reads; setting one the chosen
-# provider ignores is almost always a mistake, so it is rejected.
+# provider ignores is almost always a mistake, so it is rejected. The local
+# provider reads `ModelConfig.local` besides; no other provider does.
 _PROVIDER_FIELDS: Mapping[str, frozenset[str]] = {
-    "local": frozenset({"script_path", "latency_ms", "outage_first_call", "outage_calls",
-                        "outage_ms", "quota_rps"}),
+    "local": frozenset(),
     "gemini": frozenset({"project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
                          "base_url", "timeout_s"}),
     "openai": frozenset({*API_KEY_SOURCES, "secret_manager_endpoint", "base_url", "timeout_s"}),
 }
 #: The flag of each flow-control field, for messages that name what to fix.
 _FLOW_FLAGS: Mapping[str, str] = {
-    "quota_rps": "--model_quota", "max_rps": "--model_max_rps", "max_tpm": "--model_max_tpm",
+    "local.quota_rps": "--model_quota", "max_rps": "--model_max_rps",
+    "max_tpm": "--model_max_tpm",
     "price_in_per_mtok": "--model_price_in_per_mtok",
     "price_out_per_mtok": "--model_price_out_per_mtok",
 }
@@ -134,6 +136,74 @@ class BreakerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LocalModelConfig:
+    """The local provider's simulator: scripted replies, latency, an outage, a quota.
+
+    None of it is read by another provider, so `ModelConfig` refuses a
+    setting here that differs from its default unless the provider is
+    ``"local"``. For demos, tests and benchmarks: a pipeline runs offline and
+    shows suspension and flow control without a real provider.
+
+    Attributes:
+        script_path: JSONL file of scripted replies (``--model_script``).
+        latency_ms: Artificial latency of each call, in [0, 60000]
+            (``--model_latency_ms``); for benchmarks.
+        outage_first_call: With `outage_calls`, a simulated transient outage
+            (``--model_outage FIRST:COUNT``): calls number
+            ``outage_first_call`` to ``outage_first_call + outage_calls - 1``
+            (from 1, per worker) fail as a 503 would, with
+            `ProviderUnavailable`; for demos and tests of suspension. 0 means
+            no outage.
+        outage_calls: How many calls the simulated outage fails, in [0, 1 000 000].
+        outage_ms: Instead of `outage_calls`, how long the simulated outage
+            lasts from its first call (``--model_outage FIRST:DURATION``), in
+            [0, 3 600 000] ms: every call in that span fails, as during a
+            provider's real outage, however few calls the circuit breaker lets
+            through meanwhile.
+        quota_rps: A simulated account quota (``--model_quota``), in requests
+            per second per worker: past it the provider answers as a 429 with
+            ``Retry-After: 1`` would, with `RateLimitedError`; for demos and
+            tests of flow control. None: no quota.
+    """
+
+    script_path: str | None = None
+    latency_ms: int = 0
+    outage_first_call: int = 0
+    outage_calls: int = 0
+    outage_ms: int = 0
+    quota_rps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.script_path is not None and (not isinstance(self.script_path, str)
+                                             or not self.script_path):
+            raise ConfigError("local.script_path must be a non-empty str or None",
+                              field="local.script_path")
+        require_int(self.latency_ms, name="local.latency_ms", low=0, high=60_000,
+                    field="local.latency_ms")
+        for name in ("outage_first_call", "outage_calls"):
+            require_int(getattr(self, name), name=f"local.{name}", low=0, high=1_000_000,
+                        field=f"local.{name}")
+        require_int(self.outage_ms, name="local.outage_ms", low=0, high=3_600_000,
+                    field="local.outage_ms")
+        if self.outage_ms and self.outage_calls:
+            raise ConfigError("set local.outage_calls (a run of calls) or local.outage_ms (a "
+                              "span of time), not both", field="local.outage_ms")
+        if self.quota_rps is not None:
+            _require_number(f"local.quota_rps ({_FLOW_FLAGS['local.quota_rps']})",
+                            self.quota_rps, 0, 1e6, low_inclusive=False, field="local.quota_rps")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> LocalModelConfig:
+        """Build from a plain mapping; unknown keys raise ConfigError naming each."""
+        _check_keys(cls, data, "local.")
+        return cls(**data)
+
+
+#: The `LocalModelConfig` fields, which `ModelConfig.from_mapping` still reads as flat keys.
+_LOCAL_FIELDS = tuple(f.name for f in fields(LocalModelConfig))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
     """Which model an agent calls and how; validated, picklable, client-free.
 
@@ -166,23 +236,6 @@ class ModelConfig:
             https://api.openai.com), or an endpoint override (gemini). A
             trailing ``/v1`` or ``/`` is dropped.
         timeout_s: Per-request timeout in seconds, in (0, 600].
-        script_path: JSONL file of scripted replies for the local provider.
-        latency_ms: Artificial latency of the local provider, in [0, 60000];
-            for benchmarks.
-        outage_first_call: With `outage_calls`, a simulated transient outage
-            of the local provider: its calls number ``outage_first_call`` to
-            ``outage_first_call + outage_calls - 1`` (from 1, per worker) fail
-            as a 503 would, with `ProviderUnavailable`; for demos and tests
-            of suspension. 0 means no outage.
-        outage_calls: How many calls the simulated outage fails, in [0, 1 000 000].
-        outage_ms: Instead of `outage_calls`, how long the simulated outage
-            lasts from its first call, in [0, 3 600 000] ms: every call in that
-            span fails, as during a provider's real outage, however few calls
-            the circuit breaker lets through meanwhile.
-        quota_rps: A simulated account quota of the local provider
-            (``--model_quota``), in requests per second per worker: past it the
-            provider answers as a 429 with ``Retry-After: 1`` would, with
-            `RateLimitedError`; for demos and tests of flow control. None: no quota.
         max_rps: Requests per second this worker sends the provider at most
             (``--model_max_rps``), in (0, 1 000 000]; set it to the quota
             divided by the workers. None: learned from the provider's 429s.
@@ -196,6 +249,8 @@ class ModelConfig:
         price_out_per_mtok: Price of a million completion tokens
             (``--model_price_out_per_mtok``), likewise.
         breaker: The model's circuit-breaker settings.
+        local: The local provider's simulator (script, latency, outage,
+            quota); left at its defaults for any other provider.
     """
 
     provider: str = "local"
@@ -208,24 +263,19 @@ class ModelConfig:
     secret_manager_endpoint: str | None = None
     base_url: str | None = None
     timeout_s: float = 60.0
-    script_path: str | None = None
-    latency_ms: int = 0
-    outage_first_call: int = 0
-    outage_calls: int = 0
-    outage_ms: int = 0
-    quota_rps: float | None = None
     max_rps: float | None = None
     max_tpm: int | None = None
     price_in_per_mtok: float | None = None
     price_out_per_mtok: float | None = None
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    local: LocalModelConfig = field(default_factory=LocalModelConfig)
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
             raise ConfigError(f"provider must be one of {sorted(PROVIDERS)}, got "
                               f"{self.provider!r}", field="provider")
         for name in ("project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
-                     "base_url", "script_path"):
+                     "base_url"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(f"{name} must be a non-empty str or None", field=name)
@@ -237,15 +287,10 @@ class ModelConfig:
                                   field="model_id")
             object.__setattr__(self, "model_id", _DEFAULT_LOCAL_MODEL_ID)
         _require_number("timeout_s", self.timeout_s, 0, 600, low_inclusive=False)
-        require_int(self.latency_ms, name="latency_ms", low=0, high=60_000, field="latency_ms")
-        for name in ("outage_first_call", "outage_calls"):
-            require_int(getattr(self, name), name=name, low=0, high=1_000_000, field=name)
-        require_int(self.outage_ms, name="outage_ms", low=0, high=3_600_000, field="outage_ms")
-        if self.outage_ms and self.outage_calls:
-            raise ConfigError("set outage_calls (a run of calls) or outage_ms (a span of time), "
-                              "not both", field="outage_ms")
         if not isinstance(self.breaker, BreakerConfig):
             raise ConfigError("breaker must be a BreakerConfig", field="breaker")
+        if not isinstance(self.local, LocalModelConfig):
+            raise ConfigError("local must be a LocalModelConfig", field="local")
         self._check_flow_fields()
         self._check_provider_fields()
         self._check_key_source()
@@ -254,10 +299,23 @@ class ModelConfig:
         elif self.provider == "openai":
             object.__setattr__(self, "base_url", _DEFAULT_OPENAI_BASE_URL)
 
+    def __setstate__(self, state: list[Any]) -> None:
+        # A config pickled before `local` existed (into a job graph or a
+        # template) holds the six local settings flat, after timeout_s; they are
+        # read into `local`, so that graph still loads.
+        names = [f.name for f in fields(self)]
+        if len(state) == len(names) - 1 + len(_LOCAL_FIELDS):
+            at = names.index("timeout_s") + 1
+            flat = state[at:at + len(_LOCAL_FIELDS)]
+            local = LocalModelConfig(**dict(zip(_LOCAL_FIELDS, flat, strict=True)))
+            state = [*state[:at], *state[at + len(_LOCAL_FIELDS):], local]
+        for name, value in zip(names, state, strict=True):
+            object.__setattr__(self, name, value)
+
     def _check_flow_fields(self) -> None:
         # The message names the flag, so a bad value on the command line (or
         # in a JSON config) reads as the thing to fix (invariant 11's knobs).
-        for name, high, low_inclusive in (("quota_rps", 1e6, False), ("max_rps", 1e6, False),
+        for name, high, low_inclusive in (("max_rps", 1e6, False),
                                           ("price_in_per_mtok", 1e6, True),
                                           ("price_out_per_mtok", 1e6, True)):
             value = getattr(self, name)
@@ -272,12 +330,17 @@ class ModelConfig:
         defaults = {f.name: f.default for f in fields(self)}
         allowed = _PROVIDER_FIELDS[self.provider]
         for name in ("project", "location", *API_KEY_SOURCES, "secret_manager_endpoint",
-                     "base_url", "timeout_s", "script_path", "latency_ms", "outage_first_call",
-                     "outage_calls", "outage_ms", "quota_rps"):
+                     "base_url", "timeout_s"):
             if name not in allowed and getattr(self, name) != defaults[name]:
                 raise ConfigError(f"{name} is not used by provider {self.provider!r}; "
                                   f"remove it (that provider reads: {sorted(allowed)})",
                                   field=name)
+        changed = [f.name for f in fields(self.local)
+                   if getattr(self.local, f.name) != f.default]
+        if self.provider != "local" and changed:
+            raise ConfigError(f"local.{changed[0]} is not used by provider {self.provider!r}: "
+                              "the local settings simulate a model; remove it",
+                              field=f"local.{changed[0]}")
         if self.provider == "gemini":
             keyed = [name for name in API_KEY_SOURCES if getattr(self, name) is not None]
             if self.project is not None:
@@ -327,17 +390,44 @@ class ModelConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> ModelConfig:
-        """Build from a plain mapping (``breaker`` may be a nested mapping).
+        """Build from a plain mapping (``breaker`` and ``local`` may be nested mappings).
+
+        The local provider's settings at the top level (``latency_ms`` beside
+        ``provider``), as configs written before `LocalModelConfig` have them,
+        are still read, each with a DeprecationWarning naming its new key.
 
         Raises:
-            ConfigError: On unknown keys (each one named) or invalid values.
+            ConfigError: On unknown keys (each one named), a local setting given
+                both flat and under ``local``, or invalid values.
         """
-        _check_keys(cls, data, "")
         values = dict(data)
+        flat = {name: values.pop(name) for name in _LOCAL_FIELDS if name in values}
+        _check_keys(cls, values, "")
+        if flat:
+            values["local"] = _with_flat_local(values.get("local"), flat)
         breaker = values.get("breaker")
         if isinstance(breaker, Mapping):
             values["breaker"] = BreakerConfig.from_mapping(breaker)
+        local = values.get("local")
+        if isinstance(local, Mapping):
+            values["local"] = LocalModelConfig.from_mapping(local)
         return cls(**values)
+
+
+def _with_flat_local(local: object, flat: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Fold a config's flat local settings into its ``local`` mapping, warning for each."""
+    if local is None:
+        local = {}
+    if not isinstance(local, Mapping):
+        raise ConfigError("set the local provider's settings under model.local only",
+                          field="local")
+    for name in flat:
+        if name in local:
+            raise ConfigError(f"model.{name} and model.local.{name} are both set; keep "
+                              f"model.local.{name}", field=f"local.{name}")
+        warnings.warn(f"model.{name} is deprecated: set model.local.{name} instead; the flat "
+                      "key goes in the next release", DeprecationWarning, stacklevel=3)
+    return {**local, **flat}
 
 
 def _normalise_base_url(url: str) -> str:

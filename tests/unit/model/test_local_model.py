@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.errors import ConfigError
-from beam_agents.model._config import ModelConfig
+from beam_agents.model._config import LocalModelConfig, ModelConfig
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model._types import ModelRequest, ToolCall
 from beam_agents.model.providers import LocalModel, build_provider
@@ -102,7 +102,7 @@ def test_a_bad_script_line_names_the_file_and_line(tmp_path, line, why) -> None:
     with pytest.raises(ConfigError, match=why) as info:
         LocalModel.from_script_file(path)
     assert f"{path}:2:" in str(info.value)
-    assert info.value.field == "script_path"
+    assert info.value.field == "local.script_path"
 
 
 def test_a_missing_script_is_a_config_error(tmp_path) -> None:
@@ -123,7 +123,7 @@ def test_latency_goes_through_the_injected_sleep() -> None:
 
 def test_build_provider_makes_a_local_model_from_config(tmp_path) -> None:
     path = write_script(tmp_path, '{"text": "scripted"}')
-    model = build_provider(ModelConfig(model_id="demo", script_path=path, latency_ms=0))
+    model = build_provider(ModelConfig(model_id="demo", local=LocalModelConfig(script_path=path)))
     assert isinstance(model, LocalModel) and model.model_id == "demo"
     assert answer(model, request("anything")).text == "scripted"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from beam_agents.model._config import ModelConfig
+from beam_agents.model._config import LocalModelConfig, ModelConfig
 from beam_agents.model._provider import ModelProvider
 from beam_agents.model.providers.local import LocalModel
 
@@ -41,14 +41,15 @@ def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelP
     """
     key = api_key if api_key is not None else config.api_key
     if config.provider == "local":
-        if config.script_path is not None:
-            return LocalModel.from_script_file(config.script_path, model_id=config.model_id,
-                                               latency_ms=config.latency_ms,
-                                               outage=_outage(config),
-                                               outage_ms=config.outage_ms,
-                                               quota_rps=config.quota_rps)
-        return LocalModel(config.model_id, latency_ms=config.latency_ms, outage=_outage(config),
-                          outage_ms=config.outage_ms, quota_rps=config.quota_rps)
+        local = config.local
+        if local.script_path is not None:
+            return LocalModel.from_script_file(local.script_path, model_id=config.model_id,
+                                               latency_ms=local.latency_ms,
+                                               outage=_outage(local),
+                                               outage_ms=local.outage_ms,
+                                               quota_rps=local.quota_rps)
+        return LocalModel(config.model_id, latency_ms=local.latency_ms, outage=_outage(local),
+                          outage_ms=local.outage_ms, quota_rps=local.quota_rps)
     if config.provider == "openai":
         # Lazy imports keep httpx / google-genai unloaded until a backend is built.
         from beam_agents.model.providers.openai_compat import (  # noqa: PLC0415
@@ -65,9 +66,9 @@ def build_provider(config: ModelConfig, *, api_key: str | None = None) -> ModelP
                           base_url=config.base_url, timeout_s=config.timeout_s)
 
 
-def _outage(config: ModelConfig) -> range:
-    first = config.outage_first_call
-    calls = 1 if config.outage_ms else config.outage_calls  # a span of time starts at `first`
+def _outage(local: LocalModelConfig) -> range:
+    first = local.outage_first_call
+    calls = 1 if local.outage_ms else local.outage_calls  # a span of time starts at `first`
     return range(first, first + calls) if first and calls else range(0)
 
 

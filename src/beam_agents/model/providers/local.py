@@ -6,8 +6,9 @@ same reply and a pipeline runs end to end without credentials or network.
 
 Scripted replies
 ----------------
-With ``script_path`` it first consults a JSONL script. Each non-blank line
-that does not start with ``#`` is one JSON object::
+With ``ModelConfig.local.script_path`` (``--model_script``) it first
+consults a JSONL script. Each non-blank line that does not start with ``#``
+is one JSON object::
 
     {"match": "refund", "text": "I can help with that refund.",
      "tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "42"}}],
@@ -28,11 +29,11 @@ A malformed line raises `ConfigError` naming the file and the line number.
 
 A simulated quota
 -----------------
-With ``quota_rps`` (``--model_quota``) the model behaves like an API behind an
-account quota: past that many requests per second (a bucket of one second's
-worth) it answers at once with `RateLimitedError` and a ``Retry-After`` of one
-second, as an HTTP server's 429 would, so demos and tests can show flow
-control without a server.
+With ``ModelConfig.local.quota_rps`` (``--model_quota``) the model behaves
+like an API behind an account quota: past that many requests per second (a
+bucket of one second's worth) it answers at once with `RateLimitedError` and
+a ``Retry-After`` of one second, as an HTTP server's 429 would, so demos and
+tests can show flow control without a server.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class ScriptedReply:
 
 def _script_error(path: str, line_no: int, why: str) -> ConfigError:
     return ConfigError(f"{path}:{line_no}: bad LocalModel script line: {why}",
-                       field="script_path")
+                       field="local.script_path")
 
 
 def _parse_tool_calls(raw: object, path: str, line_no: int) -> tuple[ToolCall, ...]:
@@ -135,7 +136,7 @@ def load_script(path: str) -> tuple[ScriptedReply, ...]:
             lines = handle.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read LocalModel script {path}: {exc}",
-                          field="script_path") from exc
+                          field="local.script_path") from exc
     replies = []
     for line_no, line in enumerate(lines, start=1):
         stripped = line.strip()
