@@ -39,7 +39,7 @@ PUBLIC = {
         "BreakerConfig", "BreakerRegistry", "BreakerState", "CachedResponse", "CallJournal",
         "CallJournalConfig", "CircuitBreaker", "InMemoryCallJournal", "JournalEntry",
         "JournalWrite", "LocalModelConfig", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message",
-        "ModelConfig", "ModelFacade",
+        "ModelClient", "ModelConfig", "ModelFacade",
         "ModelProvider", "ModelRequest", "ModelResponse", "ReplayCache", "TTL_MS", "ToolCall",
         "compute_cache_key",
         # Flow control and cost (invariants 11 and 12).

@@ -17,7 +17,7 @@ from beam_agents.model._config import (
     LocalModelConfig,
     ModelConfig,
 )
-from beam_agents.model._facade import ModelFacade
+from beam_agents.model._facade import ModelClient, ModelFacade
 from beam_agents.model._journal import (
     DEFAULT_JOURNAL_TTL_MS,
     MAX_JOURNAL_RESPONSE_BYTES,
@@ -66,6 +66,7 @@ __all__ = [
     "LearnedRateRecord",
     "LocalModelConfig",
     "Message",
+    "ModelClient",
     "ModelConfig",
     "ModelFacade",
     "ModelProvider",

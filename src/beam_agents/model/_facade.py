@@ -1,7 +1,9 @@
 """The model facade an agent calls as ``ctx.model``: cache, journal, admission, breaker, provider.
 
-One facade serves one activation, ``(entity_key, seq)``. Every call runs in
-the order invariants 3, 11 and 12 fix:
+One facade serves one activation, ``(entity_key, seq)``, over a
+`ModelClient` built once per worker: the provider, its breaker and admission,
+the journal, the metrics sink, none of which changes between activations.
+Every call runs in the order invariants 3, 11 and 12 fix:
 
 1. compute the cache key over the request and ``(entity_key, seq)``;
 2. look it up in the replay cache, then the journal; a full hit is returned
@@ -29,7 +31,9 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -67,11 +71,60 @@ from beam_agents.model._structured import ResponseShape, retry_message, shape_of
 from beam_agents.model._types import Message, ModelRequest, ModelResponse
 from beam_agents.tracing import NOOP_SPAN, NOOP_TRACER, ActivationTrace, CallTrace
 
-__all__ = ["METRICS_NAMESPACE", "ModelFacade"]
+__all__ = ["METRICS_NAMESPACE", "ModelClient", "ModelFacade"]
 
 _log = logging.getLogger(__name__)
 
 METRICS_NAMESPACE = "beam_agents.model"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class ModelClient:
+    """What every activation on a worker reaches the model through; built once per worker.
+
+    A host (`ActivationRuntime`) builds one when the worker starts, from
+    clients it built itself, and hands it to each activation's `ModelFacade`.
+    It holds live clients, so it is never pickled or compared by value.
+
+    Attributes:
+        provider: The model backend.
+        breaker: The model's circuit breaker.
+        metrics: Where the ``beam_agents.model`` counters go.
+        run_sync: How `ModelFacade.complete` drives `ModelFacade.acomplete`
+            from sync code. None: `asyncio.run`, a fresh event loop per call;
+            a runtime that keeps a worker loop passes its own.
+        journal: The durable call journal, or None. Consulted after the
+            replay cache and before the breaker, and written before a fresh
+            response reaches the agent (invariants 3 and 9).
+        journal_ttl_ms: How long a journal entry lives.
+        admission: The provider's admission on this worker, shared by every
+            activation (invariant 11). None: each facade gets a private,
+            unpaced one (`ProviderAdmission.unpaced`).
+    """
+
+    provider: ModelProvider
+    breaker: CircuitBreaker
+    metrics: MetricsSink
+    run_sync: RunSync | None = None
+    journal: CallJournal | None = None
+    journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS
+    admission: ProviderAdmission | None = None
+
+
+_CLIENT_FIELDS = frozenset(field.name for field in dataclasses.fields(ModelClient))
+
+
+def _client_from_keywords(worker: Mapping[str, Any]) -> ModelClient:
+    """The `ModelClient` the facade's older keyword form describes, with a DeprecationWarning."""
+    if unknown := sorted(set(worker) - _CLIENT_FIELDS):
+        raise TypeError(f"ModelFacade got unexpected keyword arguments: {', '.join(unknown)}")
+    if missing := sorted({"provider", "breaker", "metrics"} - set(worker)):
+        raise TypeError(f"ModelFacade needs client=ModelClient(...); missing: "
+                        f"{', '.join(missing)}")
+    warnings.warn(f"ModelFacade({', '.join(f'{name}=' for name in sorted(worker))}...) is "
+                  "deprecated: pass client=ModelClient(...), built once per worker; the "
+                  "keywords go in the next release", DeprecationWarning, stacklevel=3)
+    return ModelClient(**worker)
 
 
 class ModelFacade:
@@ -83,29 +136,22 @@ class ModelFacade:
     get a second, independent answer in the same activation, make the
     request differ, e.g. pass a different ``seed`` or add a message.
 
+    The provider, breaker, metrics sink, journal and admission come from the
+    worker's `ModelClient`. The older form, those passed one by one
+    (``ModelFacade(cache=..., provider=..., breaker=..., metrics=..., ...)``),
+    still works through 0.1.0, with a DeprecationWarning.
+
     Args:
+        client: What the worker's activations share to reach the model.
         cache: The activation's replay cache (staged in memory only).
-        provider: The model backend, shared by the worker.
-        breaker: The model's circuit breaker, shared by the worker.
-        metrics: Where the ``beam_agents.model`` counters go.
         entity_key: The key of the entity this activation runs for.
         seq: The activation number being run.
-        run_sync: How `complete` drives `acomplete` from sync code. The
-            default, `asyncio.run`, starts a fresh event loop per call; a
-            runtime that keeps a worker loop should pass its own.
-        journal: The durable call journal, or None. Consulted after the
-            replay cache and before the breaker, and written before a fresh
-            response reaches the agent (invariants 3 and 9).
         journaled: This activation's journal entries, read once when it
             started (one range read per activation, not one per call).
         now_ms: The activation's event time, stamped on journal entries.
-        journal_ttl_ms: How long a journal entry lives.
         event_digest: The sha256 of the activation's event; journal entries
             are keyed by the cache key bound to it (see `journal_key`), so
             only attempts of the same event replay them. Empty: the cache key.
-        admission: The provider's admission on this worker, shared by every
-            activation (invariant 11). None: a private, unpaced one
-            (`ProviderAdmission.unpaced`).
         waits: Where the time this activation's calls wait for admission is
             kept, which the activation timeout leaves out.
         budget: The entity's token budget, or None for no cap (invariant 12).
@@ -113,30 +159,34 @@ class ModelFacade:
             replayed one marked so (`beam_agents.tracing`). None: no spans.
     """
 
-    def __init__(self, *, cache: ReplayCache, provider: ModelProvider,
-                 breaker: CircuitBreaker, metrics: MetricsSink, entity_key: bytes, seq: int,
-                 run_sync: RunSync | None = None, journal: CallJournal | None = None,
+    def __init__(self, *, client: ModelClient | None = None, cache: ReplayCache,
+                 entity_key: bytes, seq: int,
                  journaled: Mapping[str, JournalEntry] | None = None, now_ms: int = 0,
-                 journal_ttl_ms: int = DEFAULT_JOURNAL_TTL_MS, event_digest: bytes = b"",
-                 admission: ProviderAdmission | None = None, waits: WaitLedger | None = None,
-                 budget: TokenBudget | None = None,
-                 trace: ActivationTrace | None = None) -> None:
+                 event_digest: bytes = b"", waits: WaitLedger | None = None,
+                 budget: TokenBudget | None = None, trace: ActivationTrace | None = None,
+                 **worker: Any) -> None:
+        if client is None:
+            client = _client_from_keywords(worker)
+        elif worker:
+            raise TypeError(f"ModelFacade got client and also {', '.join(sorted(worker))}; "
+                            "pass them in the ModelClient")
         if not isinstance(entity_key, bytes):
             raise TypeError(f"entity_key must be bytes, got {type(entity_key).__name__}")
+        provider = client.provider
         self._cache = cache
         self._provider = provider
-        self._breaker = breaker
-        self._metrics = metrics
+        self._breaker = client.breaker
+        self._metrics = client.metrics
         self._entity_key = entity_key
         self._seq = seq
-        self._run_sync = run_sync
-        self._journal = journal
+        self._run_sync = client.run_sync
+        self._journal = client.journal
         self._journaled = dict(journaled or {})
         self._now_ms = now_ms
-        self._journal_ttl_ms = journal_ttl_ms
+        self._journal_ttl_ms = client.journal_ttl_ms
         self._event_digest = event_digest
-        self._admission = admission if admission is not None else ProviderAdmission.unpaced(
-            model_id=provider.model_id)
+        self._admission = (client.admission if client.admission is not None
+                           else ProviderAdmission.unpaced(model_id=provider.model_id))
         self._waits = waits
         self._budget = budget
         self._trace = trace if trace is not None else ActivationTrace(

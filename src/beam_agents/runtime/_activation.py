@@ -49,6 +49,7 @@ from beam_agents.model import (
     CallJournal,
     CircuitBreaker,
     JournalEntry,
+    ModelClient,
     ModelFacade,
     ModelProvider,
     ProviderAdmission,
@@ -216,6 +217,13 @@ class ActivationRuntime:
             model_id=provider.model_id, max_rps=model.max_rps, max_tpm=model.max_tpm,
             probe_interval_s=config.retry.retry_max_ms / 1000)
         self._rates = rates
+        # Built once: what every activation's model facade shares (the
+        # provider, its breaker and admission, the journal); each facade adds
+        # only what its activation owns.
+        self._model_client = ModelClient(
+            provider=provider, breaker=self.breaker, metrics=self._metrics,
+            run_sync=self._bridge, journal=journal, journal_ttl_ms=config.call_journal_ttl_ms,
+            admission=self._admission)
         self._tracer: Tracer = tracer if tracer is not None else NOOP_TRACER
         self._recalled: asyncio.Future[None] | None = None
         self._tool_sources = tuple(tool_sources)
@@ -434,11 +442,9 @@ class ActivationRuntime:
                   if self._journal is not None else b"")
         config, now_ms = self._config, event.event_time_ms
         model = ModelFacade(
-            cache=cache, provider=self._provider, metrics=self._metrics, breaker=self.breaker,
-            entity_key=event.entity_key, seq=seq, run_sync=self._bridge,
-            journal=self._journal, journaled=journaled, now_ms=now_ms,
-            journal_ttl_ms=config.call_journal_ttl_ms, event_digest=digest,
-            admission=self._admission, waits=waits, budget=budget, trace=trace)
+            client=self._model_client, cache=cache, entity_key=event.entity_key, seq=seq,
+            journaled=journaled, now_ms=now_ms, event_digest=digest, waits=waits,
+            budget=budget, trace=trace)
         tools = ToolCalls(
             tools=self._tools, cache=cache, journal=self._journal, journaled=journaled,
             entity_key=event.entity_key, seq=seq, now_ms=now_ms,

@@ -16,7 +16,7 @@ from beam_agents.model import _facade
 from beam_agents.model._breaker import BreakerState, CircuitBreaker
 from beam_agents.model._cache_key import compute_cache_key
 from beam_agents.model._config import BreakerConfig
-from beam_agents.model._facade import ModelFacade
+from beam_agents.model._facade import ModelClient, ModelFacade
 from beam_agents.model._replay_cache import ReplayCache
 from beam_agents.model._types import ModelRequest, ModelResponse, ToolCall
 
@@ -88,13 +88,13 @@ class LoggingBreaker(CircuitBreaker):
 def make_facade(provider: Any, *, cache: Any = None, breaker: CircuitBreaker | None = None,
                 metrics: RecordingMetrics | None = None, seq: int = 1,
                 run_sync: Callable[..., Any] | None = None) -> ModelFacade:
-    return ModelFacade(
-        cache=cache if cache is not None else ReplayCache(now_ms=1_000),
+    client = ModelClient(
         provider=provider,
         breaker=breaker or CircuitBreaker(BreakerConfig(failure_threshold=1), clock=FakeClock()),
-        metrics=metrics if metrics is not None else RecordingMetrics(),
-        entity_key=ENTITY, seq=seq, run_sync=run_sync,
-    )
+        metrics=metrics if metrics is not None else RecordingMetrics(), run_sync=run_sync)
+    return ModelFacade(client=client,
+                       cache=cache if cache is not None else ReplayCache(now_ms=1_000),
+                       entity_key=ENTITY, seq=seq)
 
 
 def ask(facade: ModelFacade, messages: Any = HELLO, **kwargs: Any) -> ModelResponse:
@@ -316,6 +316,43 @@ def test_complete_inside_a_running_loop_tells_async_agents_to_await() -> None:
     with pytest.raises(RuntimeError, match=r"await ctx\.model\.acomplete"):
         asyncio.run(agent())
     assert provider.requests == []
+
+
+def test_one_client_serves_every_activation_with_its_breaker_and_metrics() -> None:
+    """The worker's client is shared; each activation's facade brings only its own values."""
+    metrics = RecordingMetrics()
+    breaker = CircuitBreaker(BreakerConfig(failure_threshold=1), clock=FakeClock())
+    client = ModelClient(provider=ScriptedProvider("one", "two"), breaker=breaker,
+                         metrics=metrics)
+    first = ModelFacade(client=client, cache=ReplayCache(now_ms=1), entity_key=ENTITY, seq=1)
+    second = ModelFacade(client=client, cache=ReplayCache(now_ms=1), entity_key=ENTITY, seq=2)
+    assert (ask(first).text, ask(second).text) == ("one", "two")
+    assert metrics.get(NS, "provider_calls") == 2
+    breaker.record_failure()
+    with pytest.raises(ProviderUnavailable):
+        ask(ModelFacade(client=client, cache=ReplayCache(now_ms=1), entity_key=ENTITY, seq=3))
+
+
+def test_the_older_keyword_form_warns_and_answers_the_same() -> None:
+    """``ModelFacade(provider=..., breaker=..., metrics=...)`` still builds, with its client."""
+    breaker = CircuitBreaker(BreakerConfig(), clock=FakeClock())
+    with pytest.warns(DeprecationWarning, match=r"pass client=ModelClient\(\.\.\.\)"):
+        old = ModelFacade(cache=ReplayCache(now_ms=1), provider=ScriptedProvider("same"),
+                          breaker=breaker, metrics=RecordingMetrics(), entity_key=ENTITY,
+                          seq=1, journal_ttl_ms=5)
+    new = make_facade(ScriptedProvider("same"), breaker=breaker)
+    assert ask(old).to_bytes() == ask(new).to_bytes()
+
+
+def test_a_client_and_its_parts_passed_one_by_one_are_refused() -> None:
+    client = ModelClient(provider=ScriptedProvider(), metrics=RecordingMetrics(),
+                         breaker=CircuitBreaker(BreakerConfig(), clock=FakeClock()))
+    with pytest.raises(TypeError, match="also journal_ttl_ms"):
+        ModelFacade(client=client, cache=ReplayCache(now_ms=1), entity_key=ENTITY, seq=1,
+                    journal_ttl_ms=5)
+    with pytest.raises(TypeError, match="missing: breaker, metrics"):
+        ModelFacade(cache=ReplayCache(now_ms=1), entity_key=ENTITY, seq=1,
+                    provider=ScriptedProvider())
 
 
 def test_responses_round_trip_through_canonical_bytes() -> None:

@@ -25,6 +25,7 @@ from beam_agents.model import (
     BreakerState,
     CircuitBreaker,
     InMemoryCallJournal,
+    ModelClient,
     ModelFacade,
     ModelRequest,
     ModelResponse,
@@ -65,12 +66,13 @@ def facade(provider: Provider, *, metrics: RecordingMetrics, cache: ReplayCache 
            breaker: CircuitBreaker | None = None, budget: TokenBudget | None = None,
            journal: InMemoryCallJournal | None = None, journaled: Any = None,
            admission: ProviderAdmission | None = None) -> ModelFacade:
+    client = ModelClient(
+        provider=provider, metrics=metrics, journal=journal, admission=admission,
+        breaker=breaker or CircuitBreaker(BreakerConfig(failure_threshold=1), clock=lambda: 0.0))
     return ModelFacade(
-        cache=cache if cache is not None else ReplayCache(now_ms=1_000), provider=provider,
-        breaker=breaker or CircuitBreaker(BreakerConfig(failure_threshold=1), clock=lambda: 0.0),
-        metrics=metrics, entity_key=ENTITY, seq=1, journal=journal, journaled=journaled,
-        now_ms=1_000, event_digest=b"\x01" * 32 if journal is not None else b"",
-        budget=budget, admission=admission)
+        client=client, cache=cache if cache is not None else ReplayCache(now_ms=1_000),
+        entity_key=ENTITY, seq=1, journaled=journaled, now_ms=1_000,
+        event_digest=b"\x01" * 32 if journal is not None else b"", budget=budget)
 
 
 def run(make: Callable[[], Any]) -> Any:

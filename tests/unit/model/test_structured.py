@@ -21,6 +21,7 @@ from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import (
     BreakerConfig,
     CircuitBreaker,
+    ModelClient,
     ModelFacade,
     ModelRequest,
     ReplayCache,
@@ -46,9 +47,10 @@ ASK = [{"role": "user", "content": "my invoice is wrong"}]
 def facade(provider: Any, *, cache: ReplayCache | None = None,
            metrics: RecordingMetrics | None = None) -> ModelFacade:
     cache = cache if cache is not None else ReplayCache(now_ms=1)
-    return ModelFacade(cache=cache, provider=provider,
-                       breaker=CircuitBreaker(BreakerConfig(), clock=lambda: 0.0),
-                       metrics=metrics or RecordingMetrics(), entity_key=b"e", seq=1)
+    client = ModelClient(provider=provider,
+                         breaker=CircuitBreaker(BreakerConfig(), clock=lambda: 0.0),
+                         metrics=metrics or RecordingMetrics())
+    return ModelFacade(client=client, cache=cache, entity_key=b"e", seq=1)
 
 
 def test_a_valid_answer_comes_back_parsed_into_the_model_asked_for() -> None:
