@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from beam_agents.memory import LongtermStoreConfig
 from tests._emulators import free_port
 from tests._firestore_server import firestore_host
 from tests.flink._sink import part_lines
+from tools.jaeger.server import Jaeger, start_jaeger, stop_jaeger
 
 __all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "part_lines",
            "run_job", "store_rows"]
@@ -333,6 +335,41 @@ def kafka_broker() -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def kafka_topics(bootstrap: str, *, partitions: int = 1) -> tuple[str, dict[str, str]]:
+    """Fresh ``events``, ``intents`` and ``errors`` topics; returns their run's name and them."""
+    from tests._kafka import create_topics  # noqa: PLC0415
+
+    name = uuid.uuid4().hex[:8]
+    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
+    create_topics(bootstrap, list(topics.values()), partitions=partitions)
+    return name, topics
+
+
+def kafka_job(bootstrap: str, name: str, topics: dict[str, str], *flags: str) -> list[str]:
+    """The native Flink job from `topics` ``events`` to ``intents`` and ``errors``, as tests run it.
+
+    From the earliest offset, with a consumer group and transactional ids of
+    the run's own `name`, the Kafka connector of the toolchain and this
+    interpreter for the Python workers; `flags` add the agent and the rest.
+    """
+    from tests._kafka import connector_jar  # noqa: PLC0415
+
+    return ["templates/flink/agent_job.py", "--input_kafka_topic", topics["events"],
+            "--output_kafka_topic", topics["intents"], "--errors_kafka_topic", topics["errors"],
+            "--kafka_bootstrap_servers", bootstrap, "--kafka_starting_offsets", "earliest",
+            "--kafka_group_id", f"job-{name}", "--kafka_transactional_id_prefix", f"t-{name}",
+            "--kafka_connector_jar", str(connector_jar()),
+            "--python_executable", sys.executable, *flags]
+
+
+@pytest.fixture()
+def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
+    """A real Jaeger (tools/jaeger) for one test: an OTLP endpoint and a query API."""
+    started = start_jaeger(tmp_path / "jaeger.log")
+    yield started
+    stop_jaeger(started)
 
 
 @contextlib.contextmanager

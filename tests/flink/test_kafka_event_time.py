@@ -17,14 +17,12 @@ published to partition 0: the subtask reading partition 1 sees nothing.
 from __future__ import annotations
 
 import json
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests._kafka import connector_jar, consume, create_topics, produce
-from tests.flink.conftest import background_job, job_env
+from tests._kafka import consume, produce
+from tests.flink.conftest import background_job, job_env, kafka_job, kafka_topics
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,21 +36,14 @@ def _event(event_id: str, at_ms: int, key: str = "k0") -> bytes:
 
 def test_a_quiet_partition_holds_no_time_back_and_a_late_event_runs_on_arrival(
         kafka_broker: str, tmp_path: Path) -> None:
-    name = uuid.uuid4().hex[:8]
-    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
-    create_topics(kafka_broker, list(topics.values()), partitions=2)
+    name, topics = kafka_topics(kafka_broker, partitions=2)
     on_time = [_event(f"e{n}", BASE_MS + 1_000 * n) for n in range(5)]
     # Moves partition 0's event time past the events above; it stays held itself.
     clock = _event("clock", BASE_MS + 100_000, key="~clock")
     produce(kafka_broker, topics["events"], [*on_time, clock], partition=0)
-    command = ["templates/flink/agent_job.py", "--input_kafka_topic", topics["events"],
-               "--output_kafka_topic", topics["intents"], "--errors_kafka_topic", topics["errors"],
-               "--kafka_bootstrap_servers", kafka_broker, "--kafka_starting_offsets", "earliest",
-               "--kafka_group_id", f"job-{name}", "--kafka_transactional_id_prefix", f"t-{name}",
-               "--kafka_connector_jar", str(connector_jar()), "--idle_timeout_ms", "1000",
-               "--late_events", "run", "--agent", "tests.agents:counter",
-               "--checkpointing_interval_ms", "500", "--parallelism", "2",
-               "--python_executable", sys.executable]
+    command = kafka_job(kafka_broker, name, topics, "--idle_timeout_ms", "1000",
+                        "--late_events", "run", "--agent", "tests.agents:counter",
+                        "--checkpointing_interval_ms", "500", "--parallelism", "2")
     with background_job(command, env=job_env(), log_dir=tmp_path / "flink-log"):
         intents = consume(kafka_broker, topics["intents"], expect=len(on_time), timeout_s=180)
         assert len(intents) == len(on_time), "the quiet partition held event time back"

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +29,8 @@ import pytest
 
 from beam_agents.beam import run as run_beam
 from beam_agents.runtime import error_from_json
-from tests._kafka import connector_jar, consume, create_topics, produce
-from tests.flink.conftest import background_job, job_env
+from tests._kafka import consume, produce
+from tests.flink.conftest import background_job, job_env, kafka_job, kafka_topics
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -73,9 +71,7 @@ class Outputs:
 @pytest.fixture(scope="module")
 def outputs(kafka_broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outputs]:
     work = tmp_path_factory.mktemp("kafka-job")
-    name = uuid.uuid4().hex[:8]
-    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
-    create_topics(kafka_broker, list(topics.values()), partitions=PARTITIONS)
+    name, topics = kafka_topics(kafka_broker, partitions=PARTITIONS)
     events = [_event(key, n) for n in range(EVENTS_PER_KEY) for key in KEYS]
     # Out of order within the disorder the watermark waits for: each event
     # moves at most four places (4 s of event time) from its place.
@@ -90,15 +86,11 @@ def outputs(kafka_broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     produce(kafka_broker, topics["events"], BAD_RECORDS)
     for partition in range(PARTITIONS):
         produce(kafka_broker, topics["events"], [_clock(partition, CLOCK_MS)], partition=partition)
-    command = ["templates/flink/agent_job.py", "--input_kafka_topic", topics["events"],
-               "--output_kafka_topic", topics["intents"], "--errors_kafka_topic", topics["errors"],
-               "--kafka_bootstrap_servers", kafka_broker, "--kafka_starting_offsets", "earliest",
-               "--kafka_group_id", f"job-{name}", "--kafka_transactional_id_prefix", f"t-{name}",
-               "--kafka_connector_jar", str(connector_jar()),
-               "--max_out_of_orderness_ms", str(DISORDER_MS), "--idle_timeout_ms", "2000",
-               "--late_events", "dead_letter", "--max_event_bytes", str(MAX_EVENT_BYTES),
-               "--agent", "tests.agents:counter", "--checkpointing_interval_ms", "500",
-               "--parallelism", str(PARTITIONS), "--python_executable", sys.executable]
+    command = kafka_job(kafka_broker, name, topics,
+                        "--max_out_of_orderness_ms", str(DISORDER_MS), "--idle_timeout_ms", "2000",
+                        "--late_events", "dead_letter", "--max_event_bytes", str(MAX_EVENT_BYTES),
+                        "--agent", "tests.agents:counter", "--checkpointing_interval_ms", "500",
+                        "--parallelism", str(PARTITIONS))
     with background_job(command, env=job_env(), log_dir=work / "flink-log"):
         intents = consume(kafka_broker, topics["intents"], expect=len(events), timeout_s=300,
                           settle_s=3)

@@ -10,29 +10,20 @@ the one trace. Events without the header start traces of their own.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from beam_agents.runtime import error_from_json
-from tests._kafka import connector_jar, consume, create_topics, produce
-from tests.flink.conftest import background_job, job_env
-from tools.jaeger.server import Jaeger, start_jaeger, stop_jaeger
+from tests._kafka import consume, produce
+from tests.flink.conftest import background_job, job_env, kafka_job, kafka_topics
+from tools.jaeger.server import Jaeger
 
 pytestmark = pytest.mark.timeout(300)
 
 SERVICE = "beam-agents-flink-kafka"
 PRODUCER_SPAN = "00f067aa0ba902b7"
-
-
-@pytest.fixture()
-def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
-    started = start_jaeger(tmp_path / "jaeger.log")
-    yield started
-    stop_jaeger(started)
 
 
 def _event(key: str, payload: str) -> bytes:
@@ -43,9 +34,7 @@ def _event(key: str, payload: str) -> bytes:
 def test_a_producers_traceparent_header_runs_through_the_flink_job_to_its_outputs(
         kafka_broker: str, jaeger: Jaeger, tmp_path: Path) -> None:
     """Intents and dead letters carry the activation's traceparent, a child of the producer's."""
-    name = uuid.uuid4().hex[:8]
-    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
-    create_topics(kafka_broker, list(topics.values()))
+    name, topics = kafka_topics(kafka_broker)
     traced = {f"k{n}": uuid.uuid4().hex for n in range(3)}  # entity -> the producer's trace id
     events = [_event(key, "hello") for key in traced] + [_event("k3", "fail"),
                                                         _event("plain", "hello")]
@@ -56,15 +45,11 @@ def test_a_producers_traceparent_header_runs_through_the_flink_job_to_its_output
     keys = [json.loads(event)["entity_key"] for event in events]
     produce(kafka_broker, topics["events"], events, keys=[key.encode() for key in keys],
             headers=[parent.get(key, {}) for key in keys])
-    command = ["templates/flink/agent_job.py", "--input_kafka_topic", topics["events"],
-               "--output_kafka_topic", topics["intents"], "--errors_kafka_topic", topics["errors"],
-               "--kafka_bootstrap_servers", kafka_broker, "--kafka_starting_offsets", "earliest",
-               "--kafka_group_id", f"job-{name}", "--kafka_transactional_id_prefix", f"t-{name}",
-               "--kafka_connector_jar", str(connector_jar()), "--event_order", "arrival",
-               "--agent", "tests.agents:counter", "--checkpointing_interval_ms", "500",
-               "--otel_exporter_otlp_endpoint", jaeger.endpoint, "--otel_service_name", SERVICE,
-               "--otel_metrics_exporter", "none",
-               "--parallelism", "1", "--python_executable", sys.executable]
+    command = kafka_job(kafka_broker, name, topics, "--event_order", "arrival",
+                        "--agent", "tests.agents:counter", "--checkpointing_interval_ms", "500",
+                        "--otel_exporter_otlp_endpoint", jaeger.endpoint,
+                        "--otel_service_name", SERVICE, "--otel_metrics_exporter", "none",
+                        "--parallelism", "1")
     with background_job(command, env=job_env(), log_dir=tmp_path / "flink-log"):
         intents = consume(kafka_broker, topics["intents"], expect=4, timeout_s=180)
         errors = consume(kafka_broker, topics["errors"], expect=1, timeout_s=60)

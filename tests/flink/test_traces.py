@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.flink.conftest import REPO, run_job
-from tools.jaeger.server import Jaeger, start_jaeger, stop_jaeger
+from tools.jaeger.server import Jaeger
 
 pytestmark = pytest.mark.timeout(300)
 
 SERVICE = "beam-agents-flink-test"
-
-
-@pytest.fixture()
-def jaeger(tmp_path: Path) -> Iterator[Jaeger]:
-    started = start_jaeger(tmp_path / "jaeger.log")
-    yield started
-    stop_jaeger(started)
 
 
 def test_the_flink_job_exports_every_activations_spans_to_jaeger(jaeger: Jaeger,

@@ -7,41 +7,38 @@
 # beam_agents.flink finds it and a wheel built afterwards carries it.
 FLINK_OPERATOR_SRC := $(wildcard src/beam_agents/flink/java/*.java)
 FLINK_OPERATOR_JAR := src/beam_agents/flink/_jars/beam-agents-flink-operator.jar
-FLINK_OPERATOR_OUT := .toolchain/flink-operator
 
 .PHONY: flink-operator-jar
 
-# $(call pack_classes,JAR,CLASSES): every .class under CLASSES into JAR, in name order.
-define pack_classes
+# $(call java_jar,WHAT): javac the rule's Java sources (its prerequisites ending in .java)
+# against the dev venv's PyFlink (lib/ and opt/) and the jars in JAVA_CLASSPATH, then
+# pack the classes into the rule's target; WHAT names what they are when javac is missing.
+define java_jar
+	@command -v javac >/dev/null || { echo "$(1): javac is not on PATH (a Java 17 JDK: apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
+	rm -rf $@.classes && mkdir -p $@.classes
+	pyflink="$$($(VENV)/bin/python -c 'import pathlib, pyflink; print(pathlib.Path(pyflink.__file__).parent)')" && \
+	javac --release 17 -nowarn -cp "$$pyflink/lib/*:$$pyflink/opt/*$(JAVA_CLASSPATH:%=:%)" \
+	    -d $@.classes $(filter %.java,$^)
 	$(VENV)/bin/python -c 'import pathlib, sys, zipfile; root = pathlib.Path(sys.argv[2]); \
 	    z = zipfile.ZipFile(sys.argv[1], "w", zipfile.ZIP_DEFLATED); \
 	    [z.write(f, f.relative_to(root).as_posix()) for f in sorted(root.rglob("*.class"))]; z.close()' \
-	    $(1) $(2)
+	    $@ $@.classes
+	rm -rf $@.classes
 endef
 
-# The Kafka job's deserializer (src/beam_agents/flink/java-kafka/): each record's value
+$(FLINK_OPERATOR_JAR): $(FLINK_OPERATOR_SRC) $(VENV)/.installed tools/toolchain/flink.mk
+	$(call java_jar,the Flink job's keyed operator)
+
+flink-operator-jar: $(FLINK_OPERATOR_JAR)
+
+# The Kafka job's record reader (src/beam_agents/flink/java-kafka/): each record's value
 # with its traceparent header, which PyFlink's value-only source drops. Compiled against
 # the Kafka connector's shaded client, so it is built with the Kafka toolchain.
 FLINK_KAFKA_SRC := $(wildcard src/beam_agents/flink/java-kafka/*.java)
 FLINK_KAFKA_JAR := src/beam_agents/flink/_jars/beam-agents-flink-kafka.jar
-FLINK_KAFKA_OUT := .toolchain/flink-kafka
 
+$(FLINK_KAFKA_JAR): JAVA_CLASSPATH := $(KAFKA_CONNECTOR_JAR)
 $(FLINK_KAFKA_JAR): $(FLINK_KAFKA_SRC) $(KAFKA_CONNECTOR_JAR) $(VENV)/.installed tools/toolchain/flink.mk
-	@command -v javac >/dev/null || { echo "flink kafka deserializer: javac is not on PATH (a Java 17 JDK: apt-get install openjdk-17-jdk-headless); it compiles the Kafka job's record reader" >&2; exit 1; }
-	rm -rf $(FLINK_KAFKA_OUT) && mkdir -p $(FLINK_KAFKA_OUT)/classes $(dir $@)
-	pyflink="$$($(VENV)/bin/python -c 'import pathlib, pyflink; print(pathlib.Path(pyflink.__file__).parent)')" && \
-	javac --release 17 -nowarn -cp "$$pyflink/lib/*:$(KAFKA_CONNECTOR_JAR)" \
-	    -d $(FLINK_KAFKA_OUT)/classes $(FLINK_KAFKA_SRC)
-	$(call pack_classes,$@,$(FLINK_KAFKA_OUT)/classes)
+	$(call java_jar,the Kafka job's record reader)
 
 kafka-toolchain: $(FLINK_KAFKA_JAR)
-
-$(FLINK_OPERATOR_JAR): $(FLINK_OPERATOR_SRC) $(VENV)/.installed tools/toolchain/flink.mk
-	@command -v javac >/dev/null || { echo "flink operator: javac is not on PATH (a Java 17 JDK: apt-get install openjdk-17-jdk-headless); it compiles the Flink job's keyed operator" >&2; exit 1; }
-	rm -rf $(FLINK_OPERATOR_OUT) && mkdir -p $(FLINK_OPERATOR_OUT)/classes $(dir $@)
-	pyflink="$$($(VENV)/bin/python -c 'import pathlib, pyflink; print(pathlib.Path(pyflink.__file__).parent)')" && \
-	javac --release 17 -nowarn -cp "$$pyflink/lib/*:$$pyflink/opt/*" \
-	    -d $(FLINK_OPERATOR_OUT)/classes $(FLINK_OPERATOR_SRC)
-	$(call pack_classes,$@,$(FLINK_OPERATOR_OUT)/classes)
-
-flink-operator-jar: $(FLINK_OPERATOR_JAR)
