@@ -62,10 +62,10 @@ from beam_agents.stores import (
     InMemoryLongtermConfig,
     SqliteLongtermConfig,
 )
-from beam_agents.stores._firestore_rules import document_fields
-from beam_agents.stores._sqlite_base import immediate_transaction
 from beam_agents.stores.firestore import FirestoreLongtermStore
+from beam_agents.stores.firestore._rules import document_fields
 from beam_agents.stores.sqlite import SqliteLongtermStore
+from beam_agents.stores.sqlite._base import immediate_transaction
 from beam_agents.testing import ScriptedModel
 
 # -- what reached the store ----------------------------------------------------------

@@ -51,7 +51,6 @@ from beam_agents.stores import (
     SqliteCallJournal,
     SqliteCallJournalConfig,
 )
-from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES
 from beam_agents.stores._journal_rules import (
     MAX_HEX_QUERY_ENTITY_BYTES,
     MAX_INT64,
@@ -61,7 +60,8 @@ from beam_agents.stores._journal_rules import (
     journal_document_size,
     timestamp_from_ms,
 )
-from beam_agents.stores.firestore import _close_client
+from beam_agents.stores.firestore._client import close_client
+from beam_agents.stores.firestore._rules import MAX_DOCUMENT_BYTES
 from tests._firestore_server import EMULATOR_HOST_ENV, FirestoreServer, firestore_host
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class Journals:
             try:
                 await client.collection("beam_agents_calls").document(document_id).set(fields)
             finally:
-                await _close_client(client)
+                await close_client(client)
 
         self._run(put())
 
@@ -592,7 +592,7 @@ def test_firestore_an_entry_is_one_document_named_by_its_cache_key(
             assert data is not None
             return data
         finally:
-            await _close_client(client)
+            await close_client(client)
 
     assert run(fetch()) == {
         "entity_key_hex": ALICE.hex(), "entity_key_digest": hashlib.sha256(ALICE).hexdigest(),
@@ -616,7 +616,7 @@ def test_firestore_a_long_entity_key_is_kept_as_bytes_beside_its_digest(
             snapshot = await client.document(f"beam_agents_calls/{written.cache_key}").get()
             return snapshot.to_dict()
         finally:
-            await _close_client(client)
+            await close_client(client)
 
     data = run(fetch())
     assert data is not None
@@ -1026,7 +1026,7 @@ def test_a_learned_rate_row_that_does_not_decode_is_skipped_not_raised(
                 await client.collection("beam_agents_calls_rates").document("bad").set(
                     {"account": "acct", "worker": "w2", "rate_rps": "fast"})
             finally:
-                await _close_client(client)
+                await close_client(client)
 
         run(put())
     assert list(run(journal.read_rates("acct"))) == [rate("w1", 9.5)]

@@ -44,7 +44,8 @@ from beam_agents.memory._store import (
     validate_value,
 )
 from beam_agents.stores import InMemoryLongtermConfig, InMemoryLongtermStore, SqliteLongtermConfig
-from beam_agents.stores.sqlite import _enter_wal, prefix_upper_bound
+from beam_agents.stores.sqlite._base import enter_wal
+from beam_agents.stores.sqlite._longterm import prefix_upper_bound
 
 if TYPE_CHECKING:
     from tests.conftest import Run
@@ -580,7 +581,7 @@ def test_sqlite_connections_entering_wal_on_one_new_file_at_once_all_succeed(
         connection = sqlite3.connect(path, timeout=5, isolation_level=None)
         try:
             barrier.wait()
-            _enter_wal(connection, 5.0)
+            enter_wal(connection, 5.0)
         except sqlite3.Error as exc:
             failures.append(exc)
         finally:
@@ -607,9 +608,9 @@ def test_sqlite_wal_switch_waits_out_a_busy_file_and_gives_up_at_the_timeout(
     release = threading.Timer(0.2, holder.execute, args=("COMMIT",))
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
-            _enter_wal(impatient, 0.1)
+            enter_wal(impatient, 0.1)
         release.start()
-        _enter_wal(impatient, 5.0)  # retried past the connection's own zero timeout
+        enter_wal(impatient, 5.0)  # retried past the connection's own zero timeout
         assert impatient.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         if release.is_alive():

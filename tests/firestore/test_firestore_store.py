@@ -33,7 +33,6 @@ from beam_agents.errors import (
     StoreLimitError,
 )
 from beam_agents.memory._store import MAX_KEY_BYTES, LongtermRecord
-from beam_agents.stores import firestore as fs
 from beam_agents.stores.firestore import (
     MAX_DOCUMENT_BYTES,
     MAX_REQUEST_BYTES,
@@ -45,6 +44,7 @@ from beam_agents.stores.firestore import (
     encode_document_id,
     entity_document_id,
 )
+from beam_agents.stores.firestore import _longterm as fs
 from tests._firestore_server import EMULATOR_HOST_ENV
 
 if TYPE_CHECKING:

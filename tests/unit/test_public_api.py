@@ -134,6 +134,18 @@ PUBLIC = {
         "FileSnapshotConfig", "Files", "FirestoreSnapshotConfig", "LocalFiles",
         "snapshot_config_from_uri",
     ],
+    # One package per backend technology; the names `beam_agents.stores` gives are the same objects.
+    "beam_agents.stores.sqlite": ["SqliteCallJournal", "SqliteCallJournalConfig",
+                                  "SqliteLongtermConfig", "SqliteLongtermStore"],
+    "beam_agents.stores.firestore": [
+        "FirestoreCallJournal", "FirestoreCallJournalConfig", "FirestoreLongtermConfig",
+        "FirestoreLongtermStore", "FirestoreSnapshotConfig", "FirestoreSnapshotStore",
+        # The long-term store's document layout and limits, as `stores.firestore` gave them.
+        "MAX_DOCUMENT_BYTES", "MAX_REQUEST_BYTES", "MAX_WRITES_PER_COMMIT", "decode_document_id",
+        "document_size", "encode_document_id", "entity_document_id",
+    ],
+    "beam_agents.stores.memory": ["InMemoryLongtermConfig", "InMemoryLongtermStore", "Operation"],
+    "beam_agents.stores.files": ["FileSnapshotConfig", "FileSnapshotStore", "Files", "LocalFiles"],
     "beam_agents.beam": [
         "ERRORS", "AgentBatchDoFn", "AgentDoFn", "AgentPipelineOptions", "BeamMetrics",
         "DecodeEvents",
@@ -159,6 +171,16 @@ def test_exported_names_are_pinned(module: str) -> None:
     assert sorted(loaded.__all__) == sorted(PUBLIC[module])
     for name in loaded.__all__:
         assert hasattr(loaded, name), f"{module}.{name} is exported but missing"
+
+
+@pytest.mark.parametrize("package", ["sqlite", "firestore", "memory", "files"])
+def test_a_backend_package_gives_the_objects_the_stores_package_gives(package: str) -> None:
+    stores = importlib.import_module("beam_agents.stores")
+    backend = importlib.import_module(f"beam_agents.stores.{package}")
+    shared = set(backend.__all__) & set(stores.__all__)
+    assert shared
+    for name in shared:
+        assert getattr(backend, name) is getattr(stores, name), name
 
 
 def test_every_error_the_library_raises_on_purpose_is_in_one_tree() -> None:

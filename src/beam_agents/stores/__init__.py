@@ -18,6 +18,13 @@ maps ``--state_snapshot URI`` onto one.
 plain data (a JSON config's ``longterm_memory`` and ``call_journal``) into
 these configs; `beam_agents.hosting` re-exports the second for hosts.
 
+The backends are grouped by technology, each a package of its own:
+`beam_agents.stores.sqlite` (store, journal), `beam_agents.stores.firestore`
+(store, journal, snapshots), `beam_agents.stores.memory` (the in-process
+store) and `beam_agents.stores.files` (snapshots in a folder). What they share
+stays here: the configs, the buffered store's base (`_buffered`) and the
+rules every journal backend checks (`_journal_rules`).
+
 Names resolve lazily, so importing this package (or a config) loads neither
 sqlite3 nor google.cloud; a backend's SDK is imported when its store is built.
 """
@@ -45,11 +52,11 @@ if TYPE_CHECKING:
         LocalFiles,
         snapshot_config_from_uri,
     )
-    from beam_agents.stores.firestore import FirestoreLongtermStore
-    from beam_agents.stores.firestore_journal import FirestoreCallJournal
-    from beam_agents.stores.in_memory import InMemoryLongtermConfig, InMemoryLongtermStore
-    from beam_agents.stores.sqlite import SqliteLongtermStore
-    from beam_agents.stores.sqlite_journal import SqliteCallJournal
+    from beam_agents.stores.firestore._journal import FirestoreCallJournal
+    from beam_agents.stores.firestore._longterm import FirestoreLongtermStore
+    from beam_agents.stores.memory._longterm import InMemoryLongtermConfig, InMemoryLongtermStore
+    from beam_agents.stores.sqlite._journal import SqliteCallJournal
+    from beam_agents.stores.sqlite._longterm import SqliteLongtermStore
 
 __all__ = [
     "FileSnapshotConfig",
@@ -77,16 +84,16 @@ _HOMES = {
     "FirestoreSnapshotConfig": "beam_agents.stores._snapshot_config",
     "LocalFiles": "beam_agents.stores._snapshot_config",
     "snapshot_config_from_uri": "beam_agents.stores._snapshot_config",
-    "FirestoreCallJournal": "beam_agents.stores.firestore_journal",
+    "FirestoreCallJournal": "beam_agents.stores.firestore._journal",
     "FirestoreCallJournalConfig": "beam_agents.stores._journal_config",
     "FirestoreLongtermConfig": "beam_agents.stores._config",
-    "FirestoreLongtermStore": "beam_agents.stores.firestore",
-    "InMemoryLongtermConfig": "beam_agents.stores.in_memory",
-    "InMemoryLongtermStore": "beam_agents.stores.in_memory",
-    "SqliteCallJournal": "beam_agents.stores.sqlite_journal",
+    "FirestoreLongtermStore": "beam_agents.stores.firestore._longterm",
+    "InMemoryLongtermConfig": "beam_agents.stores.memory._longterm",
+    "InMemoryLongtermStore": "beam_agents.stores.memory._longterm",
+    "SqliteCallJournal": "beam_agents.stores.sqlite._journal",
     "SqliteCallJournalConfig": "beam_agents.stores._journal_config",
     "SqliteLongtermConfig": "beam_agents.stores._config",
-    "SqliteLongtermStore": "beam_agents.stores.sqlite",
+    "SqliteLongtermStore": "beam_agents.stores.sqlite._longterm",
     "call_journal_config_from_mapping": "beam_agents.stores._journal_config",
     "longterm_config_from_mapping": "beam_agents.stores._config",
 }

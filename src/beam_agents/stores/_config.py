@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
-from beam_agents.stores._firestore_rules import require_collection_id
+from beam_agents.stores.firestore._rules import require_collection_id
 
 if TYPE_CHECKING:
-    from beam_agents.stores.firestore import FirestoreLongtermStore
-    from beam_agents.stores.sqlite import SqliteLongtermStore
+    from beam_agents.stores.firestore._longterm import FirestoreLongtermStore
+    from beam_agents.stores.sqlite._longterm import SqliteLongtermStore
 
 __all__ = [
     "FirestoreLongtermConfig",
@@ -108,7 +108,7 @@ class SqliteLongtermConfig:
 
     def open(self) -> SqliteLongtermStore:
         """Build the store; the database is opened lazily on first use."""
-        from beam_agents.stores.sqlite import SqliteLongtermStore  # noqa: PLC0415 - lazy
+        from beam_agents.stores.sqlite._longterm import SqliteLongtermStore  # noqa: PLC0415 - lazy
 
         return SqliteLongtermStore(self)
 
@@ -143,7 +143,7 @@ class FirestoreLongtermConfig:
 
     def open(self) -> FirestoreLongtermStore:
         """Build the store; the Firestore client is created on first use."""
-        from beam_agents.stores.firestore import FirestoreLongtermStore  # noqa: PLC0415 - lazy
+        from beam_agents.stores.firestore._longterm import FirestoreLongtermStore  # noqa: PLC0415 - lazy
 
         return FirestoreLongtermStore(self)
 

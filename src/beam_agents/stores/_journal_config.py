@@ -19,8 +19,8 @@ from beam_agents.stores._config import (
 )
 
 if TYPE_CHECKING:
-    from beam_agents.stores.firestore_journal import FirestoreCallJournal
-    from beam_agents.stores.sqlite_journal import SqliteCallJournal
+    from beam_agents.stores.firestore._journal import FirestoreCallJournal
+    from beam_agents.stores.sqlite._journal import SqliteCallJournal
 
 __all__ = [
     "FirestoreCallJournalConfig",
@@ -51,7 +51,7 @@ class SqliteCallJournalConfig:
 
     def open(self) -> SqliteCallJournal:
         """Build the journal; the database is opened lazily on first use."""
-        from beam_agents.stores.sqlite_journal import SqliteCallJournal  # noqa: PLC0415 - lazy
+        from beam_agents.stores.sqlite._journal import SqliteCallJournal  # noqa: PLC0415 - lazy
 
         return SqliteCallJournal(self)
 
@@ -87,7 +87,7 @@ class FirestoreCallJournalConfig:
 
     def open(self) -> FirestoreCallJournal:
         """Build the journal; the Firestore client is created on first use."""
-        from beam_agents.stores.firestore_journal import (  # noqa: PLC0415 - lazy
+        from beam_agents.stores.firestore._journal import (  # noqa: PLC0415 - lazy
             FirestoreCallJournal,
         )
 

@@ -37,7 +37,7 @@ garbage-collect entries; the journal itself never reads a clock (invariant 2).
 See docs/design-firestore-keys.md.
 
 Sizes follow Firestore's documented storage-size rules, as
-`beam_agents.stores._firestore_rules.document_size` does for long-term
+`beam_agents.stores.firestore._rules.document_size` does for long-term
 records; this module imports neither sqlite3 nor ``google.cloud``.
 """
 
@@ -51,7 +51,7 @@ from typing import Any
 
 from beam_agents.errors import JournalCorruptError, StoreLimitError
 from beam_agents.model import MAX_REQUEST_SUMMARY_BYTES, JournalEntry, LearnedRateRecord
-from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
+from beam_agents.stores.firestore._rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 __all__ = [
     "DIGEST_FIELD",

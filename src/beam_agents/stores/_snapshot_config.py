@@ -112,7 +112,7 @@ class FileSnapshotConfig:
 
     def open(self) -> SnapshotStore:
         """Build the store; it opens files as it needs them."""
-        from beam_agents.stores.snapshot_files import FileSnapshotStore  # noqa: PLC0415
+        from beam_agents.stores.files._snapshot import FileSnapshotStore  # noqa: PLC0415
 
         return FileSnapshotStore(self)
 
@@ -144,7 +144,7 @@ class FirestoreSnapshotConfig:
 
     def open(self) -> SnapshotStore:
         """Build the store; its client connects on first use."""
-        from beam_agents.stores.snapshot_firestore import (  # noqa: PLC0415 - SDK on use
+        from beam_agents.stores.firestore._snapshot import (  # noqa: PLC0415 - SDK on use
             FirestoreSnapshotStore,
         )
 

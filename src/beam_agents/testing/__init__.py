@@ -28,7 +28,7 @@ over a file of JSON lines as ``beam-agents run`` does::
 
 from beam_agents.model import InMemoryCallJournal
 from beam_agents.model.providers.local import LocalModel
-from beam_agents.stores.in_memory import InMemoryLongtermConfig, InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermConfig, InMemoryLongtermStore
 from beam_agents.testing._env import AgentTestEnv, Sent
 from beam_agents.testing._events import DEFAULT_EVENT_TIME_MS, make_event, make_events
 from beam_agents.testing._harness import run_activation

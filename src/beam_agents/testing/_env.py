@@ -28,7 +28,7 @@ from beam_agents.model import (
     ModelResponse,
 )
 from beam_agents.runtime import AgentConfig, KeyCells, KeyedEngine
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 from beam_agents.testing._events import DEFAULT_EVENT_TIME_MS, make_event
 from beam_agents.testing._outputs import DeadLetter, Emitted, decode_line
 

@@ -30,7 +30,7 @@ from beam_agents.runtime import (
     error_to_json,
     read_lines,
 )
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 from beam_agents.testing._env import configure
 from beam_agents.testing._outputs import DeadLetter, Emitted, decode_line
 

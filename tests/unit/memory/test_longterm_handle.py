@@ -13,7 +13,7 @@ from beam_agents.errors import MemoryContractError, MemoryUnavailable, StoreLimi
 from beam_agents.memory._longterm import SAVE_OWNER, LongtermHandle
 from beam_agents.memory._store import LongtermRecord, PendingUpserts
 from beam_agents.memory._writes import TaskRegistry
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 
 T = TypeVar("T")
 E = b"user-1"

@@ -43,7 +43,7 @@ from beam_agents.memory._store import (
 )
 from beam_agents.memory._wire import NotCanonicalError, scan_canonical
 from beam_agents.memory._writes import OwnedWork, TaskRegistry
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 
 T = TypeVar("T")
 NOW = 1_700_000_000_000

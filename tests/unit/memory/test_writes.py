@@ -19,7 +19,7 @@ from beam_agents.memory._writes import (
     WriteOutcome,
     WriteRequest,
 )
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 
 E = b"tenant-e"
 F = b"tenant-f"

@@ -16,7 +16,7 @@ import pytest
 
 from beam_agents.memory._store import LongtermRecord
 from beam_agents.memory._writes import Scope, TaskRegistry, WriteCoordinator
-from beam_agents.stores.in_memory import InMemoryLongtermStore
+from beam_agents.stores.memory import InMemoryLongtermStore
 from tests.unit.memory.test_writes import (
     ROOT,
     HangingStageStore,

@@ -31,14 +31,14 @@ from beam_agents.stores import (
     InMemoryLongtermStore,
     SqliteLongtermConfig,
 )
-from beam_agents.stores._firestore_rules import (
+from beam_agents.stores.firestore._rules import (
     MAX_DOCUMENT_BYTES,
     MAX_REQUEST_BYTES,
     check_commit,
     document_size,
     record_from_fields,
 )
-from beam_agents.stores.sqlite import prefix_upper_bound
+from beam_agents.stores.sqlite._longterm import prefix_upper_bound
 
 E = b"\x00entity\xff"
 MIB = 1_048_576

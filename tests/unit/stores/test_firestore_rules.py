@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from beam_agents.errors import ConfigError, MemoryContractError, ScopeViolation, StoreLimitError
 from beam_agents.memory._store import MAX_KEY_BYTES, LongtermRecord
-from beam_agents.stores._firestore_rules import (
+from beam_agents.stores.firestore._rules import (
     LONG_ENTITY_ID_PREFIX,
     MAX_DOCUMENT_BYTES,
     MAX_HEX_ID_ENTITY_BYTES,
@@ -71,7 +71,7 @@ def is_valid_document_id(document_id: str) -> bool:
 
 
 def test_the_rules_import_no_google_client() -> None:
-    probe = ("import sys, beam_agents.stores._firestore_rules, beam_agents.stores._config; "
+    probe = ("import sys, beam_agents.stores.firestore._rules, beam_agents.stores._config; "
              "print(','.join(sorted(m for m in sys.modules if m.startswith(('google.cloud.', "
              "'google.api_core', 'google.auth')))))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

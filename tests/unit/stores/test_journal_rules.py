@@ -15,7 +15,6 @@ import pytest
 
 from beam_agents.errors import JournalCorruptError, StoreLimitError
 from beam_agents.model._journal import JournalEntry
-from beam_agents.stores._firestore_rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 from beam_agents.stores._journal_rules import (
     DIGEST_FIELD,
     HEX_FIELD,
@@ -29,6 +28,7 @@ from beam_agents.stores._journal_rules import (
     journal_document_size,
     journal_query,
 )
+from beam_agents.stores.firestore._rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 STORE = "firestore call journal p/(default)/beam_agents_calls"
 COLLECTION = "beam_agents_calls"

@@ -6,7 +6,7 @@ the size rules and the decoding are pure rules in
 `beam_agents.stores._journal_rules`. This module adds the client, the query
 and the create-or-read write.
 
-This module and `beam_agents.stores._firestore_client` (the client plumbing it
+This module and `beam_agents.stores.firestore._client` (the client plumbing it
 shares with the long-term store) are the only ones of the journal that import
 ``google.cloud``.
 """
@@ -22,7 +22,6 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from beam_agents.errors import JournalUnavailable, MemoryContractError
 from beam_agents.model import JournalEntry, JournalWrite, LearnedRateRecord
-from beam_agents.stores._firestore_client import FirestoreClient
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,
@@ -34,6 +33,7 @@ from beam_agents.stores._journal_rules import (
     rate_document_id,
     rate_record,
 )
+from beam_agents.stores.firestore._client import FirestoreClient
 
 __all__ = ["FirestoreCallJournal", "FirestoreCallJournalConfig"]
 

@@ -2,10 +2,10 @@
 
 Layout: ``{collection}/{entity id}/records/{document id}``, one document per
 record. The ids, the document's fields and Firestore's limits are pure rules
-in `beam_agents.stores._firestore_rules` (re-exported here); this module
+in `beam_agents.stores.firestore._rules` (re-exported here); this module
 adds the client, the queries and the transactions.
 
-This module and `beam_agents.stores._firestore_client` (the client plumbing it
+This module and `beam_agents.stores.firestore._client` (the client plumbing it
 shares with the call journal) are the only ones of the store that import
 ``google.cloud``.
 """
@@ -29,9 +29,8 @@ from beam_agents.memory import (
 )
 from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import FirestoreLongtermConfig
-from beam_agents.stores._firestore_client import FirestoreClient
-from beam_agents.stores._firestore_client import close_client as _close_client  # noqa: F401 - tests import it here
-from beam_agents.stores._firestore_rules import (
+from beam_agents.stores.firestore._client import FirestoreClient
+from beam_agents.stores.firestore._rules import (
     MAX_DOCUMENT_BYTES,
     MAX_REQUEST_BYTES,
     MAX_WRITES_PER_COMMIT,

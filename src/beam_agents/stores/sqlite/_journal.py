@@ -9,7 +9,7 @@ overwritten (invariant 5), and the row a losing write reports is the one
 that beat it.
 
 Blocking calls run in a worker thread (`asyncio.to_thread`), never on the
-event loop, as in `beam_agents.stores.sqlite`: a write can wait up to
+event loop, as in `beam_agents.stores.sqlite._longterm`: a write can wait up to
 ``busy_timeout_ms`` for another connection's lock. One connection per journal
 is shared by those threads under a lock.
 
@@ -32,7 +32,7 @@ from beam_agents.stores._journal_rules import (
     rate_record,
     require_int64,
 )
-from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
+from beam_agents.stores.sqlite._base import SqliteDatabase, immediate_transaction
 
 __all__ = ["SqliteCallJournal", "SqliteCallJournalConfig"]
 

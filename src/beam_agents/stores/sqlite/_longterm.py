@@ -25,8 +25,7 @@ from beam_agents.memory import (
 )
 from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import SqliteLongtermConfig
-from beam_agents.stores._sqlite_base import SqliteDatabase, immediate_transaction
-from beam_agents.stores._sqlite_base import enter_wal as _enter_wal  # noqa: F401 - tests import it here
+from beam_agents.stores.sqlite._base import SqliteDatabase, immediate_transaction
 
 __all__ = ["SqliteLongtermConfig", "SqliteLongtermStore"]
 
