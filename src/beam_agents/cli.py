@@ -158,8 +158,7 @@ def _run(argv: list[str]) -> int:
         run,
         snapshot_plan_from_options,
     )
-    from beam_agents.hosting import load_agent  # noqa: PLC0415
-    from beam_agents.hosting._snapshot import state_line  # noqa: PLC0415
+    from beam_agents.hosting import load_agent, state_line  # noqa: PLC0415
 
     if any(flag in argv for flag in ("-h", "--help")):
         parser = argparse.ArgumentParser(prog="beam-agents run",

@@ -67,7 +67,7 @@ def _run(events: Path, out: Path, store_flags: list[str], *, crash_seq: int,
     """
     log = out / "flushes.log"
     agent_config = out / "agent.json"
-    agent_config.write_text(json.dumps({"model": {"latency_ms": MODEL_LATENCY_MS}}))
+    agent_config.write_text(json.dumps({"model": {"local": {"latency_ms": MODEL_LATENCY_MS}}}))
     fault = ["--crash_entity", CRASH_ENTITY.decode(), "--crash_seq", str(crash_seq),
              "--marker", str(out / "crashed.marker"), "--flush_log", str(log),
              "--flush_delay_ms", "10", "--min_in_flight", "1",

@@ -90,6 +90,8 @@ PUBLIC = {
         "model_provider",
         # The --otel_* flags and the standard OTEL_* variables (entry points only).
         "otel_flags_from_env", "tracing_config_from_flags",
+        # --state_snapshot for a batch host: the plan a run reads and writes, its one line.
+        "SnapshotPlan", "new_generation", "plan_snapshot", "state_line",
     ],
     "beam_agents.testing": [
         "DEFAULT_EVENT_TIME_MS", "InMemoryCallJournal", "InMemoryLongtermConfig",

@@ -23,8 +23,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms import combiners
 
-from beam_agents.hosting._snapshot import SnapshotPlan, new_generation
-from beam_agents.hosting._snapshot import plan_snapshot as _plan_snapshot
+from beam_agents.hosting import SnapshotPlan, new_generation
+from beam_agents.hosting import plan_snapshot as _plan_snapshot
 from beam_agents.runtime import (
     PartInfo,
     SnapshotStoreConfig,
@@ -87,7 +87,7 @@ class BeamFiles:
 
 def plan_snapshot(uri: str, *, project: str | None, database: str | None,
                   writer_generation: str | None = None) -> SnapshotPlan:
-    """`beam_agents.hosting._snapshot.plan_snapshot` on Beam's filesystems (``gs://`` too)."""
+    """`beam_agents.hosting.plan_snapshot` on Beam's filesystems (``gs://`` too)."""
     return _plan_snapshot(uri, project=project, database=database, files=BeamFiles(),
                           writer_generation=writer_generation)
 

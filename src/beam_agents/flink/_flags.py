@@ -28,8 +28,7 @@ from beam_agents.flink._job import (
 from beam_agents.flink._kafka import KafkaJobOptions, StartingOffsets, parse_properties
 from beam_agents.flink._snapshot import commit_job_snapshot
 from beam_agents.flink._summary import detached, execute_with_summary
-from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent
-from beam_agents.hosting._snapshot import state_line
+from beam_agents.hosting import add_agent_flags, agent_config_from_flags, load_agent, state_line
 from beam_agents.runtime import AgentConfig
 
 __all__ = ["expand_input_files", "job_parser", "main", "parse_args", "run"]

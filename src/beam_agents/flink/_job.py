@@ -61,7 +61,7 @@ from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.flink._operator import keyed_process
 from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.flink._snapshot import FlinkSnapshot, job_snapshot, snapshot_records
-from beam_agents.hosting._snapshot import SnapshotPlan, plan_snapshot
+from beam_agents.hosting import SnapshotPlan, plan_snapshot
 from beam_agents.runtime import (
     MAX_EVENT_BYTES,
     AgentConfig,

@@ -37,7 +37,7 @@ from pathlib import Path
 from pyflink.common import Types
 from pyflink.datastream import DataStream, FlatMapFunction, StreamExecutionEnvironment
 
-from beam_agents.hosting._snapshot import SnapshotPlan
+from beam_agents.hosting import SnapshotPlan
 from beam_agents.runtime import (
     Manifest,
     PartInfo,

@@ -28,18 +28,23 @@ built on exactly these.
 from beam_agents.hosting._flags import add_agent_flags
 from beam_agents.hosting._mapping import agent_config_from_flags, agent_config_from_mapping
 from beam_agents.hosting._runtime import load_agent, model_provider, start_runtime, wall_ms
+from beam_agents.hosting._snapshot import SnapshotPlan, new_generation, plan_snapshot, state_line
 from beam_agents.hosting._tracing import otel_flags_from_env, tracing_config_from_flags
 from beam_agents.stores import call_journal_config_from_mapping
 
 __all__ = [
+    "SnapshotPlan",
     "add_agent_flags",
     "agent_config_from_flags",
     "agent_config_from_mapping",
     "call_journal_config_from_mapping",
     "load_agent",
     "model_provider",
+    "new_generation",
     "otel_flags_from_env",
+    "plan_snapshot",
     "start_runtime",
+    "state_line",
     "tracing_config_from_flags",
     "wall_ms",
 ]
