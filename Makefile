@@ -162,8 +162,8 @@ soak: $(VENV)/.installed
 
 # The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
 # B12 (the portable runners) runs on the Beam-latest line, whose Prism runs streams.
-bench: $(VENV)/.installed $(LATEST)/.installed $(JAEGER)
-	$(VENV)/bin/python -m benchmarks --only B1,B2,B3,B4,B5,B6,B7,B8,B9,B10,B11,B13,B14
+bench: $(VENV)/.installed $(LATEST)/.installed $(JAEGER) kafka-toolchain $(FLINK_OPERATOR_JAR)
+	$(VENV)/bin/python -m benchmarks --only B1,B2,B3,B4,B5,B6,B7,B8,B9,B10,B11,B13,B14,B15
 	$(LATEST)/bin/python -m benchmarks --only B12 --merge
 
 # Coverage-guided fuzzing (atheris) of every decoder of keyed state and input:

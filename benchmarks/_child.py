@@ -35,6 +35,7 @@ MODULES = {
     "B12": "benchmarks.b12_portable",
     "B13": "benchmarks.b13_snapshot",
     "B14": "benchmarks.b14_tracing",
+    "B15": "benchmarks.b15_flink_kafka",
 }
 
 

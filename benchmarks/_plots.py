@@ -25,7 +25,7 @@ __all__ = ["FIGURES", "draw_all"]
 #: Benchmark id -> file name of its figure: the module's name, ``b1_activation.png``.
 #: B12's, B13's and B14's figures are in their JSON and docs/benchmarks.md; they draw none.
 FIGURES = {bench: module.rsplit(".", 1)[1] + ".png" for bench, module in MODULES.items()
-           if bench not in {"B12", "B13", "B14"}}
+           if bench not in {"B12", "B13", "B14", "B15"}}
 
 
 def _bars(ax: Axes, labels: list[str], stats: list[Mapping[str, float]], unit: str,

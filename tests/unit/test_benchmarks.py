@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(540)
 
-TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9", "B10", "B11", "B14")
+TARGETED = ("B1", "B2", "B4", "B6", "B7", "B8", "B9", "B10", "B11", "B14", "B15")
 B6_PATH_FIELDS = ("events_per_s", "ratio_to_serial", "ratio_to_ideal", "cpu_ms_per_event",
                   "cpu_cores_busy")
 B7_BACKEND_STATS = ("journaled_ms", "unjournaled_ms", "ratio_journaled_to_unjournaled",
@@ -39,7 +39,7 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
     document = json.loads((tmp_path / "latest.json").read_text())
     assert document["environment"]["quick"] is True
     for name in ("B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12",
-                 "B13", "B14"):
+                 "B13", "B14", "B15"):
         result = document[name]
         assert result["name"] and result["note"], name
         assert isinstance(result["ratio"], int | float), name
@@ -109,6 +109,11 @@ def test_quick_mode_writes_every_benchmark_with_its_fields(tmp_path: Path) -> No
     assert all(_is_stat(b13["batch"][field]) for field in (
         "with_snapshot_s", "without_snapshot_s", "share_percent")), b13
     assert b13["keys_measured"] > 0 and b13["record_bytes_mean"] > 0, b13
+    b15 = document["B15"]
+    assert all(_is_stat(b15[field]) for field in (
+        "events_per_s", "ratio_to_ideal", "cpu_ms_per_event")), b15
+    assert b15["latency_at_half_capacity"]["events"] > 0, b15
+    assert b15["latency_at_half_capacity"]["p99_ms"] >= b15["latency_at_half_capacity"]["p50_ms"]
     b11 = document["B11"]
     assert b11["ideal_s"] == max(b11["bounds_s"].values()), b11
     assert b11["hottest_key_events"] < b11["events"], b11
