@@ -5,6 +5,11 @@ hands it between the hosts: a run on one continues every key's seq, memory
 and pending waits where a run on the other stopped, and the runs together
 emit exactly what one Beam run over all the input emits. The helpers and
 the agents are the Beam suite's (`tests.beam.test_state_snapshot`).
+
+The Beam runs are ``beam-agents run`` in a process of their own, as a user
+runs them: a process that has built a Flink job has imported PyFlink's worker,
+which registers its own factory for Beam's ParDo and so breaks any DirectRunner
+pipeline run in that process afterwards.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,10 +28,26 @@ from beam_agents.flink import parse_args
 from beam_agents.flink._snapshot import committed_parts, part_prefix
 from beam_agents.runtime import KeyStateSnapshot, PartInfo
 from tests.beam.test_state_snapshot import approve, line, manifest, outputs, refund
-from tests.beam.test_state_snapshot import run as beam_run
-from tests.flink.conftest import part_lines, run_job
+from tests.flink.conftest import REPO, part_lines, run_job
 
 pytestmark = pytest.mark.timeout(400)
+
+
+def beam_run(out: Path, lines: list[str], *, snapshot: Path | None,
+             agent: str = "tests.agents:counter") -> tuple[list[dict], list[dict]]:
+    """One ``beam-agents run`` over `lines` on the DirectRunner; its intents and dead letters."""
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / "events.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    argv = [sys.executable, "-m", "beam_agents", "run", "--input_files", str(source),
+            "--output_path", str(out / "intents.jsonl"), "--errors_path", str(out / "errors.jsonl"),
+            "--agent", agent]
+    if snapshot is not None:
+        argv += ["--state_snapshot", str(snapshot)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, f"beam-agents run exited {done.returncode}:\n{done.stderr[-3000:]}"
+    read = lambda name: [json.loads(x) for x in (out / name).read_text().splitlines()]  # noqa: E731
+    return read("intents.jsonl"), read("errors.jsonl")
 
 
 def flink_run(out: Path, lines: list[str], *, snapshot: Path,
