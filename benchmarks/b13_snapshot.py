@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     KeyStateSnapshot,
     SnapshotWriter,
     commit_snapshot,

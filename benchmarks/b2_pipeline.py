@@ -39,10 +39,10 @@ import apache_beam as beam
 from apache_beam.coders import BytesCoder, VarIntCoder
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.model import ModelRequest
 from beam_agents.model.providers import LocalModel
-from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed
 from benchmarks._beam import run_bare, run_batch
 from benchmarks._harness import Profile, ratios, stat
 

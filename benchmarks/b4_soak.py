@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import LocalModelConfig, ModelConfig
-from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed
 from benchmarks._agents import CountingCompactor
 from benchmarks._harness import Profile
 

@@ -51,9 +51,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.model import LocalModelConfig, ModelConfig
-from beam_agents.runtime import AgentConfig, AgentEvent, Committed, KeyedState
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed
 from benchmarks import _flink
 from benchmarks._beam import run_batch, run_streaming, run_streaming_floor
 from benchmarks._harness import Profile, Stat, ratios, stat

@@ -38,18 +38,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from beam_agents.backend import JournalEntry, JournalWrite
+from beam_agents.hosting import ActivationRuntime, KeyedState
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import (
     CallJournal,
-    JournalEntry,
-    JournalWrite,
     LearnedRateRecord,
     LocalModelConfig,
     ModelConfig,
     ModelProvider,
 )
 from beam_agents.model.providers import build_provider
-from beam_agents.runtime import ActivationRuntime, AgentConfig, AgentEvent, Committed, KeyedState
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed
 from beam_agents.stores import FirestoreCallJournalConfig, SqliteCallJournalConfig
 from benchmarks._agents import one_tool_call, slow_reply
 from benchmarks._harness import Profile, Stat, interleaved, ratios, stat

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents.errors import ProviderUnavailable
+from beam_agents.hosting import ActivationRuntime, KeyedState
 from beam_agents.model import CallJournal, ModelRequest, ModelResponse
 from beam_agents.model.providers import LocalModel
-from beam_agents.runtime import ActivationRuntime, AgentEvent, Committed, KeyedState, Outcome
+from beam_agents.runtime import AgentEvent, Committed, Outcome
 from beam_agents.stores import SqliteCallJournalConfig
 from benchmarks._harness import Profile
 from benchmarks.b7_journal import CountingJournal, open_runtime

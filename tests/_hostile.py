@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from beam_agents.runtime import MAX_EVENT_BYTES, decode_input, error_to_json
+from beam_agents.hosting import decode_input, error_to_json
+from beam_agents.runtime import MAX_EVENT_BYTES
 
 __all__ = ["BAD_LINES", "HUGE_LINE_BYTES", "expected_dead_letters", "write_hostile_file"]
 

@@ -20,10 +20,11 @@ subpackages where they live (`beam_agents.runtime`, `beam_agents.model`,
 
 A host (a pipeline, a job, a worker of one's own) starts from
 `beam_agents.hosting`; the runner adapters are `beam_agents.beam` and
-`beam_agents.flink`, the store backends `beam_agents.stores`. The core
-packages (`beam_agents.memory`, `beam_agents.model`, `beam_agents.runtime`)
-import no runner and no cloud client, and importing this package loads none
-of the names below until one is used.
+`beam_agents.flink`, the store backends `beam_agents.stores`, built on what
+`beam_agents.backend` exports. The core packages (`beam_agents.memory`,
+`beam_agents.model`, `beam_agents.runtime`) import no runner and no cloud
+client, and importing this package loads none of the names below until one
+is used.
 """
 
 from __future__ import annotations

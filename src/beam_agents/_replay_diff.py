@@ -15,7 +15,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from beam_agents.model import JournalEntry, ModelRequest, ModelResponse, request_summary
+from beam_agents.backend import JournalEntry
+from beam_agents.model import ModelRequest, ModelResponse, request_summary
 
 __all__ = ["Difference", "intent_difference", "setting_mismatches"]
 

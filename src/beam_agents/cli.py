@@ -31,8 +31,9 @@ from google.protobuf.message import DecodeError
 
 from beam_agents._summary import print_summary
 from beam_agents.errors import BeamAgentsError, ConfigError, EventDecodeError
+from beam_agents.hosting import error_from_json, event_to_json
 from beam_agents.model import ModelConfig
-from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json, event_to_json
+from beam_agents.runtime import AgentEvent, ErrorRecord
 
 __all__ = ["main", "redrivable", "redrive_lines"]
 

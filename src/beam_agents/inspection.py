@@ -26,10 +26,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from beam_agents.backend import JournalEntry
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import add_agent_flags, agent_config_from_flags
 from beam_agents.memory import LongtermRecord, Memory
-from beam_agents.model import JournalEntry, ModelResponse
+from beam_agents.model import ModelResponse
 from beam_agents.runtime import AgentEvent
 
 __all__ = ["main"]
@@ -119,7 +120,7 @@ async def _read_stores(config: Any, entity_key: bytes) -> tuple[
 
 def _snapshot_lines(uri: str, entity_key: bytes, values: dict[str, Any],
                     max_chars: int) -> list[str]:
-    from beam_agents.runtime import (  # noqa: PLC0415
+    from beam_agents.hosting import (  # noqa: PLC0415
         parse_record,
         pending_waits,
         queued_events,

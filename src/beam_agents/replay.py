@@ -39,36 +39,29 @@ from typing import Any
 
 from beam_agents._canonical import canonical_json
 from beam_agents._replay_diff import intent_difference, setting_mismatches
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import ConfigError, ProviderRejected, ToolNotRecordedError
 from beam_agents.hosting import (
+    KeyedState,
     add_agent_flags,
     agent_config_from_flags,
+    decode_input,
+    intent_to_json,
     model_provider,
+    queue_order,
+    read_lines,
     start_runtime,
 )
 from beam_agents.model import (
     CallJournal,
     CallJournalConfig,
-    JournalEntry,
-    JournalWrite,
     LearnedRateRecord,
     ModelProvider,
     ModelRequest,
     ModelResponse,
     estimate_tokens,
 )
-from beam_agents.runtime import (
-    MAX_EVENT_BYTES,
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    KeyedState,
-    decode_input,
-    intent_to_json,
-    queue_order,
-    read_lines,
-)
+from beam_agents.runtime import MAX_EVENT_BYTES, AgentConfig, AgentEvent, Committed, ErrorRecord
 
 __all__ = ["WouldPayError", "main"]
 

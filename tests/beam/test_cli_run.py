@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.cli import main
-from beam_agents.runtime import error_from_json
+from beam_agents.hosting import error_from_json
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from beam_agents.cli import main
+from beam_agents.hosting import error_from_json
 from beam_agents.model import ModelResponse
-from beam_agents.runtime import ErrorRecord, error_from_json
+from beam_agents.runtime import ErrorRecord
 from tests._quota_server import QuotaServer, QuotaStats
 
 pytestmark = pytest.mark.timeout(240)

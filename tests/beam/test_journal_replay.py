@@ -29,7 +29,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from beam_agents.beam import run
-from beam_agents.runtime import error_from_json
+from beam_agents.hosting import error_from_json
 from tests._http import LocalServer, chat_completion, send_json
 
 pytestmark = pytest.mark.timeout(300)

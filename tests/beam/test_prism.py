@@ -17,7 +17,7 @@ import pytest
 
 from beam_agents.beam import run as run_beam
 from beam_agents.cli import main
-from beam_agents.runtime import decode_event_json
+from beam_agents.hosting import decode_event_json
 from beam_agents.stores import SqliteLongtermConfig
 from tests._toolchain import REPO, prism_binary, prism_flags
 

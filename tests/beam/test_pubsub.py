@@ -27,7 +27,7 @@ from google.api_core.exceptions import DeadlineExceeded
 
 from beam_agents.beam._pubsub import ATTRIBUTE_VALUE_BYTES, attributes_of
 from beam_agents.cli import main
-from beam_agents.runtime import error_from_json
+from beam_agents.hosting import error_from_json
 from tests._emulators import PUBSUB, Emulator, EmulatorError
 
 pytestmark = pytest.mark.timeout(240)
@@ -237,7 +237,7 @@ def test_redrive_puts_dead_letters_back_on_the_input_topic_and_dry_run_counts_th
         emulator: str, capsys: pytest.CaptureFixture[str]) -> None:
     route = Route(emulator)
     dead = [_event("r1", 1), b"not json", b'{"entity_key": "r2"}']
-    from beam_agents.runtime import decode_input, error_to_json  # noqa: PLC0415
+    from beam_agents.hosting import decode_input, error_to_json  # noqa: PLC0415
     records = [error_to_json(decode_input(line, "json", max_event_bytes=1 << 20))
                for line in dead[1:]]
     for record in records:

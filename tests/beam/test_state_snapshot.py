@@ -21,7 +21,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from beam_agents.beam import build_pipeline
 from beam_agents.cli import redrive_lines
 from beam_agents.errors import StateCorruptError
-from beam_agents.runtime import KeyStateSnapshot, Manifest, error_from_json
+from beam_agents.hosting import KeyStateSnapshot, Manifest, error_from_json
 from tests import agents
 
 pytestmark = pytest.mark.timeout(300)

@@ -39,15 +39,10 @@ from apache_beam.transforms.window import TimestampedValue
 from beam_agents.beam import ERRORS, AgentDoFn, DecodeEvents
 from beam_agents.beam._metrics import local_tally
 from beam_agents.errors import ProviderUnavailable
+from beam_agents.hosting import EventOrdering, error_from_json
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    EventOrdering,
-    RetryPolicy,
-    error_from_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
 from beam_agents.stores import SqliteCallJournalConfig
 from beam_agents.testing import ScriptedModel
 from tests import agents

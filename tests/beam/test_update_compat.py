@@ -33,7 +33,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_agents.beam import AgentDoFn, _pipeline
-from beam_agents.runtime import CELLS, QUEUE_CELLS
+from beam_agents.hosting import CELLS, QUEUE_CELLS
 
 PIN = Path(__file__).with_name("update_compat.json")
 REGENERATE = "BEAM_AGENTS_UPDATE_PIN"

@@ -30,8 +30,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from beam_agents.backend import PendingUpserts
 from beam_agents.errors import MemoryUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import (
+    ActivationRuntime,
+    BagCell,
+    KeyCells,
+    KeyedEngine,
+    KeyedState,
+    StateCells,
+    ValueCell,
+    error_from_json,
+    start_runtime,
+)
 from beam_agents.memory import (
     BufferedLongtermStore,
     DiscardReceipt,
@@ -39,24 +50,9 @@ from beam_agents.memory import (
     LongtermRecord,
     LongtermStoreConfig,
     Memory,
-    PendingUpserts,
 )
 from beam_agents.model import ModelRequest, ModelResponse
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    AgentEvent,
-    BagCell,
-    Committed,
-    ErrorRecord,
-    KeyCells,
-    KeyedEngine,
-    KeyedState,
-    Outcome,
-    StateCells,
-    ValueCell,
-    error_from_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Outcome
 from beam_agents.stores import (
     FirestoreLongtermConfig,
     InMemoryLongtermConfig,

@@ -27,20 +27,11 @@ from pathlib import Path
 import pytest
 
 from beam_agents.errors import ProviderRejected, ProviderUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, intent_to_json, start_runtime
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    KeyedState,
-    RetryPolicy,
-    intent_to_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed, RetryPolicy
 from beam_agents.stores import SqliteCallJournalConfig
 from beam_agents.testing import make_event, make_events
 from tests.chaos._faults import (

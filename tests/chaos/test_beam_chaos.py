@@ -33,16 +33,10 @@ from apache_beam.transforms.window import TimestampedValue
 
 from beam_agents.beam import ERRORS, AgentDoFn, DecodeEvents
 from beam_agents.errors import ProviderUnavailable
+from beam_agents.hosting import error_from_json, event_to_json
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.model import BreakerConfig, ModelConfig
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    ErrorRecord,
-    RetryPolicy,
-    error_from_json,
-    event_to_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, ErrorRecord, RetryPolicy
 from beam_agents.testing import ScriptedModel, make_events
 from tests.chaos._faults import (
     GARBAGE,

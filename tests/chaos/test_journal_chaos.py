@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.model import CallJournalConfig
-from beam_agents.runtime import AgentConfig, Committed, KeyedState
+from beam_agents.runtime import AgentConfig, Committed
 from beam_agents.stores import (
     FirestoreCallJournalConfig,
     FirestoreLongtermConfig,

@@ -23,19 +23,10 @@ from dataclasses import dataclass
 import pytest
 
 from beam_agents.errors import MemoryUnavailable
-from beam_agents.hosting import load_agent, start_runtime
+from beam_agents.hosting import ActivationRuntime, KeyedState, load_agent, start_runtime
 from beam_agents.memory import LongtermStoreConfig
 from beam_agents.model.providers import LocalModel
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    Intent,
-    KeyedState,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed, Intent
 from beam_agents.stores import (
     FirestoreLongtermConfig,
     InMemoryLongtermConfig,

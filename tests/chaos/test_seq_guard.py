@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.memory import FlushReceipt, LongtermRecord, LongtermStoreConfig
-from beam_agents.runtime import AgentConfig, KeyedState, Outcome
+from beam_agents.runtime import AgentConfig, Outcome
 from beam_agents.testing import make_events
 from tests.chaos._faults import (
     FlushAttempt,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.errors import StateCorruptError
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     Manifest,
     PartInfo,
     SnapshotStore,

@@ -7,8 +7,9 @@ import io
 from typing import Any
 
 from beam_agents import inspection
+from beam_agents.backend import JournalEntry
 from beam_agents.memory import LongtermRecord
-from beam_agents.model import JournalEntry, ModelResponse
+from beam_agents.model import ModelResponse
 from beam_agents.stores import FirestoreCallJournalConfig
 from beam_agents.stores.firestore import FirestoreLongtermConfig, FirestoreLongtermStore
 from tests.conftest import Run

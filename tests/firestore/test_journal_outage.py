@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedEngine, KeyRuns, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig
-from beam_agents.runtime import AgentConfig, AgentEvent, KeyedEngine, KeyRuns, RetryPolicy
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
 from beam_agents.stores import FirestoreCallJournalConfig
 from tests._firestore_server import FirestoreServer
 

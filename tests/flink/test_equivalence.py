@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.beam import run as run_beam
-from beam_agents.runtime import decode_event_json
+from beam_agents.hosting import decode_event_json
 from beam_agents.stores import SqliteLongtermConfig
 from tests.flink.conftest import REPO, part_lines, run_job, store_rows
 

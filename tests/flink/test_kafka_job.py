@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from beam_agents.beam import run as run_beam
-from beam_agents.runtime import error_from_json
+from beam_agents.hosting import error_from_json
 from tests._kafka import consume, produce
 from tests.flink.conftest import background_job, job_env, kafka_job, kafka_topics
 

@@ -26,7 +26,7 @@ import pytest
 from beam_agents.errors import ConfigError
 from beam_agents.flink import parse_args
 from beam_agents.flink._snapshot import committed_parts, part_prefix
-from beam_agents.runtime import KeyStateSnapshot, PartInfo
+from beam_agents.hosting import KeyStateSnapshot, PartInfo
 from tests.beam.test_state_snapshot import approve, line, manifest, outputs, refund
 from tests.flink.conftest import REPO, part_lines, run_job
 

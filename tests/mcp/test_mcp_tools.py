@@ -18,17 +18,10 @@ from pathlib import Path
 import pytest
 
 from beam_agents.errors import ToolUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import InMemoryCallJournal
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    KeyedState,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed
 from beam_agents.testing import ScriptedModel
 from tests._emulators import free_port
 from tests.mcp import agents

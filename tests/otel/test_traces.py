@@ -10,18 +10,11 @@ from typing import Any
 import pytest
 
 from beam_agents.errors import ProviderUnavailable
-from beam_agents.hosting import load_agent
+from beam_agents.hosting import ActivationRuntime, KeyedState, load_agent
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import InMemoryCallJournal, ModelResponse
 from beam_agents.otel import OtelTracer
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    Committed,
-    Failed,
-    KeyedState,
-    RetryPolicy,
-)
+from beam_agents.runtime import AgentConfig, Committed, Failed, RetryPolicy
 from beam_agents.testing import ScriptedModel, make_event
 from beam_agents.tracing import TracingConfig
 from tools.jaeger.server import Jaeger

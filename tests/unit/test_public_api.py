@@ -26,19 +26,15 @@ PUBLIC = {
         "STATE_SCHEMA_VERSION", "BackgroundWork", "BufferedLongtermStore", "Compactor",
         "DiscardReceipt", "DiscardingLongtermStore", "FlushReceipt", "LongtermHandle",
         "LongtermRecord", "LongtermStore", "LongtermStoreConfig", "LruCompactor", "Memory",
-        "MemoryContractError", "MemoryOverflow", "MemoryUnavailable", "PendingUpserts",
+        "MemoryContractError", "MemoryOverflow", "MemoryUnavailable",
         "RingCorruptError", "Scope", "ScopeViolation", "TaskRegistry", "WriteCoordinator",
         "WriteOutcome", "WriteReceipt", "WriteRequest",
-        # The backend kit: the validators, the seq guard and the pending buffer's check.
-        "LimitCheck", "as_batch", "check_scope", "copy_record", "seq_guard_allows",
-        "validate_entity_key", "validate_key", "validate_record", "validate_search",
-        "validate_value",
     ],
     "beam_agents.model": [
         "API_KEY_SOURCES", "DEFAULT_BUDGET_WINDOW_MS", "DEFAULT_JOURNAL_TTL_MS",
         "BreakerConfig", "BreakerRegistry", "BreakerState", "CachedResponse", "CallJournal",
-        "CallJournalConfig", "CircuitBreaker", "InMemoryCallJournal", "JournalEntry",
-        "JournalWrite", "LocalModelConfig", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message",
+        "CallJournalConfig", "CircuitBreaker", "InMemoryCallJournal",
+        "LocalModelConfig", "MAX_BLOB_BYTES", "MAX_ENTRIES", "Message",
         "ModelClient", "ModelConfig", "ModelFacade",
         "ModelProvider", "ModelRequest", "ModelResponse", "ReplayCache", "TTL_MS", "ToolCall",
         "compute_cache_key",
@@ -48,8 +44,6 @@ PUBLIC = {
         "RequestHeldBack", "check_before_send", "account_digest", "provider_account",
         # The learned share of a quota, kept in the journal between runs.
         "LearnedRateRecord", "RateMemory",
-        # The journal's entries, for backends and for the tool calls recorded beside the model's.
-        "MAX_JOURNAL_RESPONSE_BYTES", "journal_entry", "journal_key",
         # What shaped a call, kept with it: replay names a setting that differs.
         "MAX_REQUEST_SUMMARY_BYTES", "request_summary",
     ],
@@ -59,29 +53,12 @@ PUBLIC = {
     "beam_agents.runtime": [
         # What an agent author writes against, and the config and retry policy hosts build.
         "AgentConfig", "AgentContext", "AgentEvent", "Intent", "ErrorRecord", "RetryPolicy",
-        "encode_payload",
+        "encode_payload", "MAX_EVENT_BYTES",
         # Declaring an agent and its tools; calling them durably (invariant 13).
         "Agent", "McpServer", "Tool", "ToolCalls", "ToolLoopResult", "ToolUnavailable", "agent",
         "idempotency_key", "tool",
-        # The activation and its outcomes, as hosts and agent tests see them.
-        "ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome",
-        # The per-key engine and the keyed state a host binds for it.
-        "CELLS", "QUEUE_CELLS", "BagCell", "InputDecoder", "KeyCells", "KeyRuns", "KeyedEngine",
-        "QueueCell", "StateCell", "StateCells", "Step", "ValueCell",
-        # Event-time order (invariant 10).
-        "EARLIEST_MS", "EventOrdering", "queue_order",
-        # The JSON lines of events, intents and dead letters.
-        "decode_event_json", "decode_input", "error_from_json", "error_to_json", "event_to_json",
-        "intent_to_json",
-        # Input bounds (invariant 8): the size limit and the bounded line reader.
-        "MAX_EVENT_BYTES", "Oversize", "read_lines",
-        # Keyed state between batch runs: a key's record, its parts and manifest, the store port.
-        "SNAPSHOT_MARK", "KeyStateSnapshot", "Manifest", "PartInfo", "SnapshotStore",
-        "SnapshotStoreConfig", "SnapshotWriter", "cells_by_name", "commit_snapshot", "mark",
-        "parse_record", "read_manifest", "read_part", "refuse_events", "restore_cells",
-        "restore_key", "snapshot_record", "split_marked",
-        # What a key's record holds, for a person (beam-agents inspect).
-        "pending_waits", "queued_events",
+        # An activation's outcomes, as an agent's tests see them.
+        "Committed", "Failed", "Outcome",
     ],
     "beam_agents.hosting": [
         "add_agent_flags", "agent_config_from_flags", "agent_config_from_mapping",
@@ -92,6 +69,38 @@ PUBLIC = {
         "otel_flags_from_env", "tracing_config_from_flags",
         # --state_snapshot for a batch host: the plan a run reads and writes, its one line.
         "SnapshotPlan", "new_generation", "plan_snapshot", "state_line",
+        # The activation and its outcomes.
+        "ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome",
+        # The per-key engine and the keyed state a host binds for it.
+        "CELLS", "QUEUE_CELLS", "BagCell", "InputDecoder", "KeyCells", "KeyRuns", "KeyedEngine",
+        "QueueCell", "StateCell", "StateCells", "Step", "ValueCell",
+        # Event-time order (invariant 10).
+        "EARLIEST_MS", "EventOrdering", "queue_order",
+        # The JSON lines of events, intents and dead letters.
+        "decode_event_json", "decode_input", "error_from_json", "error_to_json", "event_to_json",
+        "intent_to_json",
+        # Input bounds (invariant 8): the bounded line reader.
+        "Oversize", "read_lines",
+        # Keyed state between batch runs: a key's record, its parts and manifest, the store port.
+        "SNAPSHOT_MARK", "KeyStateSnapshot", "Manifest", "PartInfo", "SnapshotStore",
+        "SnapshotStoreConfig", "SnapshotWriter", "cells_by_name", "commit_snapshot", "mark",
+        "parse_record", "read_manifest", "read_part", "refuse_events", "restore_cells",
+        "restore_key", "snapshot_record", "split_marked",
+        # What a key's record holds, for a person (beam-agents inspect).
+        "pending_waits", "queued_events",
+    ],
+    # What a store backend builds on: the ports it implements and the kit it shares.
+    "beam_agents.backend": [
+        "BufferedLongtermStore", "CallJournal", "LongtermStore", "SnapshotStore",
+        # The validators, the seq guard (invariant 5) and the pending buffer with its limit check.
+        "LimitCheck", "PendingUpserts", "as_batch", "check_scope", "copy_record",
+        "seq_guard_allows", "validate_entity_key", "validate_key", "validate_record",
+        "validate_search", "validate_value",
+        # The journal's entries, for its backends and the tool calls recorded beside the model's.
+        "MAX_JOURNAL_RESPONSE_BYTES", "JournalEntry", "JournalWrite", "journal_entry",
+        "journal_key",
+        # What a snapshot store's methods take and return about one part.
+        "PartInfo",
     ],
     "beam_agents.testing": [
         "DEFAULT_EVENT_TIME_MS", "InMemoryCallJournal", "InMemoryLongtermConfig",
@@ -173,6 +182,80 @@ def test_exported_names_are_pinned(module: str) -> None:
     assert sorted(loaded.__all__) == sorted(PUBLIC[module])
     for name in loaded.__all__:
         assert hasattr(loaded, name), f"{module}.{name} is exported but missing"
+
+
+#: Names that left a module for a door of their own: (old module, new module) -> names.
+#: Each still resolves at its old path, with a warning, until the next release.
+MOVED = {
+    ("beam_agents.runtime", "beam_agents.hosting"): [
+        "ActivationRuntime", "KeyedState", "KeyedEngine", "KeyCells", "KeyRuns", "Step",
+        "QUEUE_CELLS", "CELLS", "BagCell", "ValueCell", "InputDecoder", "QueueCell", "StateCell",
+        "StateCells", "EARLIEST_MS", "EventOrdering", "queue_order", "decode_input", "Oversize",
+        "read_lines", "SNAPSHOT_MARK", "KeyStateSnapshot", "Manifest", "PartInfo",
+        "SnapshotStore", "SnapshotStoreConfig", "SnapshotWriter", "cells_by_name",
+        "commit_snapshot", "mark", "parse_record", "read_manifest", "read_part", "refuse_events",
+        "restore_cells", "restore_key", "snapshot_record", "split_marked", "pending_waits",
+        "queued_events", "decode_event_json", "event_to_json", "intent_to_json", "error_to_json",
+        "error_from_json",
+    ],
+    ("beam_agents.memory", "beam_agents.backend"): [
+        "LimitCheck", "PendingUpserts", "as_batch", "check_scope", "copy_record",
+        "seq_guard_allows", "validate_entity_key", "validate_key", "validate_record",
+        "validate_search", "validate_value",
+    ],
+    ("beam_agents.model", "beam_agents.backend"): [
+        "JournalEntry", "JournalWrite", "journal_entry", "journal_key",
+        "MAX_JOURNAL_RESPONSE_BYTES",
+    ],
+}
+_MOVED_NAMES = [(old, new, name) for (old, new), names in MOVED.items() for name in names]
+
+
+@pytest.mark.parametrize(("old", "new", "name"), _MOVED_NAMES,
+                         ids=[f"{old}.{name}" for old, _, name in _MOVED_NAMES])
+def test_a_moved_name_still_resolves_at_its_old_path_with_a_warning(
+        old: str, new: str, name: str) -> None:
+    """One release of grace: the very object the new door exports, and a warning naming it."""
+    module = importlib.import_module(old)
+    assert name not in module.__all__
+    assert name in PUBLIC[new]
+    message = re.escape(f"{old}.{name} is now {new}.{name}; the old path goes in the next release")
+    with pytest.warns(DeprecationWarning, match=message) as seen:
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(new), name)
+    assert [w.filename for w in seen] == [__file__], "the warning points at the caller's line"
+
+
+def test_a_from_import_of_a_moved_name_warns_too() -> None:
+    with pytest.warns(DeprecationWarning, match="beam_agents.hosting.KeyedEngine"):
+        from beam_agents.runtime import KeyedEngine  # noqa: PLC0415
+    with pytest.warns(DeprecationWarning, match="beam_agents.backend.validate_key"):
+        from beam_agents.memory import validate_key  # noqa: PLC0415
+    import beam_agents.backend  # noqa: PLC0415
+    import beam_agents.hosting  # noqa: PLC0415
+
+    assert KeyedEngine is beam_agents.hosting.KeyedEngine
+    assert validate_key is beam_agents.backend.validate_key
+
+
+@pytest.mark.parametrize("old", sorted({old for old, _ in MOVED}))
+def test_an_unknown_name_on_a_forwarding_module_is_still_an_attribute_error(old: str) -> None:
+    module = importlib.import_module(old)
+    with pytest.raises(AttributeError, match=f"{re.escape(old)}' has no attribute 'KeyedEngin'"):
+        _ = module.KeyedEngin
+    assert not hasattr(module, "no_such_name")
+
+
+def test_the_library_reaches_no_moved_name_through_its_old_path() -> None:
+    """Importing every public module of the library itself warns about no moved name."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    probe = ("import importlib, warnings\n"
+             "warnings.filterwarnings('error', message=r'beam_agents\\.')\n"
+             f"for m in {sorted(PUBLIC)!r}:\n"
+             "    importlib.import_module(m)\n")
+    subprocess.run([sys.executable, "-c", probe], check=True)
 
 
 @pytest.mark.parametrize("package", ["sqlite", "firestore", "memory", "files"])

@@ -21,9 +21,14 @@ import pytest
 
 from beam_agents._secrets import crc32c, read_secret_version
 from beam_agents.errors import ConfigError, ProviderUnavailable
-from beam_agents.hosting import add_agent_flags, agent_config_from_flags, start_runtime
+from beam_agents.hosting import (
+    add_agent_flags,
+    agent_config_from_flags,
+    error_to_json,
+    start_runtime,
+)
 from beam_agents.model import ModelConfig
-from beam_agents.runtime import AgentConfig, Committed, Failed, error_to_json
+from beam_agents.runtime import AgentConfig, Committed, Failed
 from beam_agents.testing import make_event, run_activation
 from tests._key_servers import ChatServer, GeminiServer, SecretManagerPeer, new_key
 

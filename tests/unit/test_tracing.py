@@ -8,19 +8,18 @@ import time
 import pytest
 
 from beam_agents.errors import ConfigError, EventDecodeError
-from beam_agents.hosting import load_agent, otel_flags_from_env, tracing_config_from_flags
-from beam_agents.model import ModelResponse
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     ActivationRuntime,
-    AgentConfig,
-    Committed,
-    Failed,
     KeyedState,
-    RetryPolicy,
     decode_event_json,
     error_from_json,
     error_to_json,
+    load_agent,
+    otel_flags_from_env,
+    tracing_config_from_flags,
 )
+from beam_agents.model import ModelResponse
+from beam_agents.runtime import AgentConfig, Committed, Failed, RetryPolicy
 from beam_agents.testing import ScriptedModel, make_event
 from beam_agents.tracing import RecordingTracer, TracingConfig
 

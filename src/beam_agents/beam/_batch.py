@@ -28,9 +28,8 @@ from beam_agents.beam._host import ProviderFactory, build_runtime, route, wall_m
 from beam_agents.beam._metrics import BeamMetrics
 from beam_agents.beam._snapshot import SNAPSHOT_PARTS, SnapshotPlan
 from beam_agents.errors import StateError
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     ActivationRuntime,
-    AgentConfig,
     KeyCells,
     KeyedEngine,
     KeyRuns,
@@ -43,6 +42,7 @@ from beam_agents.runtime import (
     snapshot_record,
     split_marked,
 )
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["AgentBatchDoFn"]
 

@@ -39,16 +39,16 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_agents.beam._host import ERRORS, ProviderFactory, SharedEngine, route, wall_ms
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     CELLS,
     EARLIEST_MS,
     QUEUE_CELLS,
-    AgentConfig,
     EventOrdering,
     KeyCells,
     StateCells,
     Step,
 )
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["ERRORS", "AgentDoFn"]
 

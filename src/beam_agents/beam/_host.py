@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import apache_beam as beam
 
 from beam_agents.beam._metrics import BeamMetrics
-from beam_agents.hosting import start_runtime, wall_ms
+from beam_agents.hosting import ActivationRuntime, KeyedEngine, start_runtime, wall_ms
 from beam_agents.model import ModelProvider
-from beam_agents.runtime import ActivationRuntime, AgentConfig, KeyedEngine
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["ERRORS", "ProviderFactory", "SharedEngine", "build_runtime", "route", "wall_ms"]
 

@@ -14,8 +14,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_agents.beam._snapshot import SnapshotPlan, plan_snapshot
 from beam_agents.errors import ConfigError
-from beam_agents.hosting import add_agent_flags, agent_config_from_flags
-from beam_agents.runtime import AgentConfig, EventOrdering
+from beam_agents.hosting import EventOrdering, add_agent_flags, agent_config_from_flags
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io",
            "event_ordering_from_options", "output_shards_from_options",

@@ -53,17 +53,9 @@ from beam_agents.beam._read import ReadLines
 from beam_agents.beam._runner import runner_report, watch_runner, with_runner_safeguards
 from beam_agents.beam._snapshot import SNAPSHOT_PARTS, ReadSnapshot, SnapshotPlan, commit_after
 from beam_agents.errors import ConfigError
+from beam_agents.hosting import EventOrdering, InputDecoder, Oversize, error_to_json
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.runtime import (
-    MAX_EVENT_BYTES,
-    AgentConfig,
-    AgentEvent,
-    ErrorRecord,
-    EventOrdering,
-    InputDecoder,
-    Oversize,
-    error_to_json,
-)
+from beam_agents.runtime import MAX_EVENT_BYTES, AgentConfig, AgentEvent, ErrorRecord
 
 __all__ = ["DecodeEvents", "WriteShardedLines", "build_pipeline", "check_runner_flags",
            "clear_outputs", "output_files", "run", "shard_of", "shard_paths"]

@@ -23,7 +23,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_agents.runtime import Oversize, read_lines
+from beam_agents.hosting import Oversize, read_lines
 
 __all__ = ["RANGE_BYTES", "ReadLines"]
 

@@ -23,16 +23,17 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms import combiners
 
-from beam_agents.hosting import SnapshotPlan, new_generation
-from beam_agents.hosting import plan_snapshot as _plan_snapshot
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     PartInfo,
+    SnapshotPlan,
     SnapshotStoreConfig,
     commit_snapshot,
     mark,
+    new_generation,
     parse_record,
     read_part,
 )
+from beam_agents.hosting import plan_snapshot as _plan_snapshot
 
 __all__ = ["SNAPSHOT_PARTS", "BeamFiles", "ReadSnapshot", "SnapshotPlan", "commit_after",
            "new_generation", "plan_snapshot"]

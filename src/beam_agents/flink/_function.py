@@ -24,14 +24,12 @@ from beam_agents.flink._cells import FlinkBagCell, FlinkValueCell
 from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, FlinkMetrics
 from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.flink._snapshot import FlinkSnapshot, part_prefix
-from beam_agents.hosting import start_runtime, wall_ms
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     CELLS,
     EARLIEST_MS,
     QUEUE_CELLS,
     SNAPSHOT_MARK,
     ActivationRuntime,
-    AgentConfig,
     EventOrdering,
     KeyCells,
     KeyedEngine,
@@ -43,7 +41,10 @@ from beam_agents.runtime import (
     refuse_events,
     restore_key,
     snapshot_record,
+    start_runtime,
+    wall_ms,
 )
+from beam_agents.runtime import AgentConfig
 
 __all__ = ["END_OF_INPUT_MS", "ERRORS", "FIRST_ROUND_MS", "MAX_AHEAD", "METRICS_EVERY_MS",
            "AgentKeyedProcessFunction", "EventOrder", "ExecutionMode"]

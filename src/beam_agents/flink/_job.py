@@ -61,15 +61,14 @@ from beam_agents.flink._metrics import FlinkMetrics
 from beam_agents.flink._operator import keyed_process
 from beam_agents.flink._shutdown import quiet_worker_shutdown
 from beam_agents.flink._snapshot import FlinkSnapshot, job_snapshot, snapshot_records
-from beam_agents.hosting import SnapshotPlan, plan_snapshot
-from beam_agents.runtime import (
-    MAX_EVENT_BYTES,
-    AgentConfig,
-    ErrorRecord,
+from beam_agents.hosting import (
     EventOrdering,
     InputDecoder,
+    SnapshotPlan,
     error_to_json,
+    plan_snapshot,
 )
+from beam_agents.runtime import MAX_EVENT_BYTES, AgentConfig, ErrorRecord
 
 __all__ = ["MAX_PARALLELISM_LIMIT", "UIDS", "DecodeEvents", "FlinkJobOptions", "agent_stream",
            "build_job", "environment", "flink_settings", "plan_job_snapshot"]

@@ -49,7 +49,8 @@ from pyflink.java_gateway import get_gateway
 
 from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
-from beam_agents.runtime import AgentEvent, ErrorRecord, error_from_json
+from beam_agents.hosting import error_from_json
+from beam_agents.runtime import AgentEvent, ErrorRecord
 from beam_agents.tracing import TRACEPARENT
 
 if TYPE_CHECKING:  # the table planner loads only for a job that writes topics

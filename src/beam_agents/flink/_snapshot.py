@@ -37,10 +37,10 @@ from pathlib import Path
 from pyflink.common import Types
 from pyflink.datastream import DataStream, FlatMapFunction, StreamExecutionEnvironment
 
-from beam_agents.hosting import SnapshotPlan
-from beam_agents.runtime import (
+from beam_agents.hosting import (
     Manifest,
     PartInfo,
+    SnapshotPlan,
     SnapshotStoreConfig,
     commit_snapshot,
     mark,

@@ -23,7 +23,8 @@ from typing import Any
 
 from beam_agents._summary import print_summary
 from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, RECEIVED, read_tallies
-from beam_agents.runtime import AgentConfig, ErrorRecord, error_from_json
+from beam_agents.hosting import error_from_json
+from beam_agents.runtime import AgentConfig, ErrorRecord
 
 __all__ = ["detached", "execute_with_summary"]
 

@@ -24,7 +24,8 @@ from beam_agents.model import (
     provider_account,
 )
 from beam_agents.model.providers import build_provider
-from beam_agents.runtime import ActivationRuntime, Agent, AgentConfig
+from beam_agents.runtime import Agent, AgentConfig
+from beam_agents.runtime._activation import ActivationRuntime
 from beam_agents.tracing import Tracer
 
 __all__ = ["load_agent", "model_provider", "start_runtime", "wall_ms"]

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from beam_agents.runtime import Manifest, SnapshotStoreConfig, read_manifest
+from beam_agents.runtime._snapshot_parts import Manifest, SnapshotStoreConfig, read_manifest
 from beam_agents.stores import Files, snapshot_config_from_uri
 
 __all__ = ["SnapshotPlan", "new_generation", "plan_snapshot", "state_line"]

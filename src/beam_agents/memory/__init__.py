@@ -7,10 +7,18 @@ and are flushed only when the activation succeeds. A long-term row is a
 `LongtermRecord`. The `WriteCoordinator` (seed 004) owns writes whose unit of
 work outlives one call (background and batched writers).
 
-A long-term store backend, here or in another package, builds on the port
-(`LongtermStore`, `PendingUpserts`, the receipts), the validators and the seq
-guard (`seq_guard_allows`, invariant 5) exported here.
+A long-term store backend implements the port (`LongtermStore`,
+`BufferedLongtermStore`, the receipts) and builds on the kit in
+`beam_agents.backend`: the validators, the seq guard and the pending buffer.
+The kit was exported here before; its names still resolve, with a
+DeprecationWarning naming the new path, until the next release.
 """
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
 
 from beam_agents.errors import (
     MemoryContractError,
@@ -34,20 +42,9 @@ from beam_agents.memory._store import (
     DiscardingLongtermStore,
     DiscardReceipt,
     FlushReceipt,
-    LimitCheck,
     LongtermRecord,
     LongtermStore,
     LongtermStoreConfig,
-    PendingUpserts,
-    as_batch,
-    check_scope,
-    copy_record,
-    seq_guard_allows,
-    validate_entity_key,
-    validate_key,
-    validate_record,
-    validate_search,
-    validate_value,
 )
 from beam_agents.memory._writes import (
     BackgroundWork,
@@ -71,7 +68,6 @@ __all__ = [
     "DiscardReceipt",
     "DiscardingLongtermStore",
     "FlushReceipt",
-    "LimitCheck",
     "LongtermHandle",
     "LongtermRecord",
     "LongtermStore",
@@ -81,7 +77,6 @@ __all__ = [
     "MemoryContractError",
     "MemoryOverflow",
     "MemoryUnavailable",
-    "PendingUpserts",
     "RingCorruptError",
     "Scope",
     "ScopeViolation",
@@ -90,14 +85,21 @@ __all__ = [
     "WriteOutcome",
     "WriteReceipt",
     "WriteRequest",
-    # The backend kit: what a long-term store outside this package builds on.
-    "as_batch",
-    "check_scope",
-    "copy_record",
-    "seq_guard_allows",
-    "validate_entity_key",
-    "validate_key",
-    "validate_record",
-    "validate_search",
-    "validate_value",
 ]
+
+#: The backend kit, now `beam_agents.backend`'s: each name and the module that defines it.
+_MOVED_TO_BACKEND = dict.fromkeys(
+    ["LimitCheck", "PendingUpserts", "as_batch", "check_scope", "copy_record", "seq_guard_allows",
+     "validate_entity_key", "validate_key", "validate_record", "validate_search",
+     "validate_value"], "beam_agents.memory._store")
+
+
+def __getattr__(name: str) -> Any:
+    # A kit name at its old path keeps working for one release, with a
+    # warning that points at the caller's line (PEP 562).
+    home = _MOVED_TO_BACKEND.get(name)
+    if home is None:
+        raise AttributeError(f"module 'beam_agents.memory' has no attribute {name!r}")
+    warnings.warn(f"beam_agents.memory.{name} is now beam_agents.backend.{name}; the old path "
+                  "goes in the next release", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)

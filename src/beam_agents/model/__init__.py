@@ -5,7 +5,18 @@ replay cache and the journal before admission and the circuit breaker, so
 replays are byte-identical, never pay twice and are never counted as paid; a
 429 slows admission and never trips the breaker.
 Providers live in `beam_agents.model.providers` and load their SDKs lazily.
+
+A call-journal backend implements the port (`CallJournal`) and builds on the
+journal's entries and keys in `beam_agents.backend`. Those were exported here
+before; they still resolve, with a DeprecationWarning naming the new path,
+until the next release.
 """
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
 
 from beam_agents.model._admission import ProviderAdmission, WaitLedger, estimate_tokens
 from beam_agents.model._breaker import BreakerRegistry, BreakerState, CircuitBreaker
@@ -20,16 +31,11 @@ from beam_agents.model._config import (
 from beam_agents.model._facade import ModelClient, ModelFacade
 from beam_agents.model._journal import (
     DEFAULT_JOURNAL_TTL_MS,
-    MAX_JOURNAL_RESPONSE_BYTES,
     MAX_REQUEST_SUMMARY_BYTES,
     CallJournal,
     CallJournalConfig,
     InMemoryCallJournal,
-    JournalEntry,
-    JournalWrite,
     LearnedRateRecord,
-    journal_entry,
-    journal_key,
     request_summary,
 )
 from beam_agents.model._provider import ModelProvider, account_digest, provider_account
@@ -50,7 +56,6 @@ __all__ = [
     "DEFAULT_JOURNAL_TTL_MS",
     "MAX_BLOB_BYTES",
     "MAX_ENTRIES",
-    "MAX_JOURNAL_RESPONSE_BYTES",
     "MAX_REQUEST_SUMMARY_BYTES",
     "TTL_MS",
     "BreakerConfig",
@@ -61,8 +66,6 @@ __all__ = [
     "CallJournalConfig",
     "CircuitBreaker",
     "InMemoryCallJournal",
-    "JournalEntry",
-    "JournalWrite",
     "LearnedRateRecord",
     "LocalModelConfig",
     "Message",
@@ -84,8 +87,22 @@ __all__ = [
     "check_before_send",
     "compute_cache_key",
     "estimate_tokens",
-    "journal_entry",
-    "journal_key",
     "provider_account",
     "request_summary",
 ]
+
+#: The journal's entries and keys, now `beam_agents.backend`'s, and the module that defines them.
+_MOVED_TO_BACKEND = dict.fromkeys(
+    ["MAX_JOURNAL_RESPONSE_BYTES", "JournalEntry", "JournalWrite", "journal_entry", "journal_key"],
+    "beam_agents.model._journal")
+
+
+def __getattr__(name: str) -> Any:
+    # A kit name at its old path keeps working for one release, with a
+    # warning that points at the caller's line (PEP 562).
+    home = _MOVED_TO_BACKEND.get(name)
+    if home is None:
+        raise AttributeError(f"module 'beam_agents.model' has no attribute {name!r}")
+    warnings.warn(f"beam_agents.model.{name} is now beam_agents.backend.{name}; the old path "
+                  "goes in the next release", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)

@@ -48,7 +48,6 @@ from beam_agents.model import (
     BreakerRegistry,
     CallJournal,
     CircuitBreaker,
-    JournalEntry,
     ModelClient,
     ModelFacade,
     ModelProvider,
@@ -58,6 +57,7 @@ from beam_agents.model import (
     TokenBudget,
     WaitLedger,
 )
+from beam_agents.model._journal import JournalEntry
 from beam_agents.runtime._agent import Agent
 from beam_agents.runtime._config import AgentConfig
 from beam_agents.runtime._context import AgentContext

@@ -49,14 +49,16 @@ from beam_agents.errors import (
 )
 from beam_agents.metrics import MetricsSink
 from beam_agents.model import (
-    MAX_JOURNAL_RESPONSE_BYTES,
     CallJournal,
-    JournalEntry,
     Message,
     ModelFacade,
     ModelResponse,
     ReplayCache,
     compute_cache_key,
+)
+from beam_agents.model._journal import (
+    MAX_JOURNAL_RESPONSE_BYTES,
+    JournalEntry,
     journal_entry,
     journal_key,
 )

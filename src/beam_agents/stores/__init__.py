@@ -9,7 +9,7 @@ Call-journal backends behind the `beam_agents.model` journal port (invariant 9):
 * `SqliteCallJournal` / `SqliteCallJournalConfig`: embedded (stdlib sqlite3).
 * `FirestoreCallJournal` / `FirestoreCallJournalConfig`: production (google-cloud-firestore).
 
-State snapshot stores behind the `beam_agents.runtime` snapshot port (batch
+State snapshot stores behind the snapshot port, `SnapshotStore` (batch
 runs that remember): `FileSnapshotConfig` (a folder, through `LocalFiles` or
 another `Files`) and `FirestoreSnapshotConfig`; `snapshot_config_from_uri`
 maps ``--state_snapshot URI`` onto one.
@@ -23,7 +23,9 @@ The backends are grouped by technology, each a package of its own:
 (store, journal, snapshots), `beam_agents.stores.memory` (the in-process
 store) and `beam_agents.stores.files` (snapshots in a folder). What they share
 stays here: the configs, the buffered store's base (`_buffered`) and the
-rules every journal backend checks (`_journal_rules`).
+rules every journal backend checks (`_journal_rules`). Every backend is built
+on the ports and the kit `beam_agents.backend` exports, as one outside the
+library would be.
 
 Names resolve lazily, so importing this package (or a config) loads neither
 sqlite3 nor google.cloud; a backend's SDK is imported when its store is built.

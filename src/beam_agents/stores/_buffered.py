@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from beam_agents._proto.longterm_pb2 import LongtermRecord
+from beam_agents.backend import LimitCheck, PendingUpserts, validate_entity_key
 from beam_agents.errors import MemoryContractError
-from beam_agents.memory import (
-    DiscardReceipt,
-    FlushReceipt,
-    LimitCheck,
-    PendingUpserts,
-    validate_entity_key,
-)
+from beam_agents.memory import DiscardReceipt, FlushReceipt
 
 __all__ = ["StoreBase"]
 

@@ -49,8 +49,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from beam_agents.backend import JournalEntry
 from beam_agents.errors import JournalCorruptError, StoreLimitError
-from beam_agents.model import MAX_REQUEST_SUMMARY_BYTES, JournalEntry, LearnedRateRecord
+from beam_agents.model import MAX_REQUEST_SUMMARY_BYTES, LearnedRateRecord
 from beam_agents.stores.firestore._rules import MAX_DOCUMENT_BYTES, MAX_QUERY_VALUE_BYTES
 
 __all__ = [

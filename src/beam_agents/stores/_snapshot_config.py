@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from beam_agents.backend import SnapshotStore
 from beam_agents.errors import ConfigError
-from beam_agents.runtime import SnapshotStore
 from beam_agents.stores._config import check_firestore_settings
 
 __all__ = ["FIRESTORE_SCHEME", "FileSnapshotConfig", "Files", "FirestoreSnapshotConfig",

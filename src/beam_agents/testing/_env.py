@@ -14,20 +14,19 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from beam_agents._proto.event_pb2 import AgentEvent
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import ConfigError, ProviderRejected
-from beam_agents.hosting import model_provider, start_runtime
+from beam_agents.hosting import KeyCells, KeyedEngine, model_provider, start_runtime
 from beam_agents.memory import Memory
 from beam_agents.model import (
     CallJournal,
     InMemoryCallJournal,
-    JournalEntry,
-    JournalWrite,
     LearnedRateRecord,
     ModelProvider,
     ModelRequest,
     ModelResponse,
 )
-from beam_agents.runtime import AgentConfig, KeyCells, KeyedEngine
+from beam_agents.runtime import AgentConfig
 from beam_agents.stores.memory import InMemoryLongtermStore
 from beam_agents.testing._events import DEFAULT_EVENT_TIME_MS, make_event
 from beam_agents.testing._outputs import DeadLetter, Emitted, decode_line

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from beam_agents.errors import EventDecodeError
-from beam_agents.runtime import AgentEvent, decode_event_json
+from beam_agents.hosting import decode_event_json
+from beam_agents.runtime import AgentEvent
 
 __all__ = ["DEFAULT_EVENT_TIME_MS", "make_event", "make_events"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.model import ModelProvider
-from beam_agents.runtime import AgentConfig, AgentEvent, KeyedState, Outcome
+from beam_agents.runtime import AgentConfig, AgentEvent, Outcome
 
 __all__ = ["run_activation"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from beam_agents._proto.error_record_pb2 import ErrorRecord
 from beam_agents._proto.event_pb2 import AgentEvent
 from beam_agents._proto.intent_pb2 import Intent
-from beam_agents.runtime import error_from_json
+from beam_agents.hosting import error_from_json
 
 __all__ = ["DeadLetter", "Emitted", "decode_line", "decode_payload"]
 

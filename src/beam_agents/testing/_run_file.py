@@ -18,18 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from beam_agents.hosting import model_provider, start_runtime, wall_ms
-from beam_agents.metrics import NoopMetrics
-from beam_agents.model import ModelProvider
-from beam_agents.runtime import (
-    AgentConfig,
-    ErrorRecord,
+from beam_agents.hosting import (
     InputDecoder,
     KeyedEngine,
     KeyRuns,
     error_to_json,
+    model_provider,
     read_lines,
+    start_runtime,
+    wall_ms,
 )
+from beam_agents.metrics import NoopMetrics
+from beam_agents.model import ModelProvider
+from beam_agents.runtime import AgentConfig, ErrorRecord
 from beam_agents.stores.memory import InMemoryLongtermStore
 from beam_agents.testing._env import configure
 from beam_agents.testing._outputs import DeadLetter, Emitted, decode_line

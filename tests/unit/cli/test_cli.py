@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 
 from beam_agents.cli import main
-from beam_agents.runtime import (
-    AgentEvent,
-    ErrorRecord,
-    decode_event_json,
-    error_to_json,
-    event_to_json,
-)
+from beam_agents.hosting import decode_event_json, error_to_json, event_to_json
+from beam_agents.runtime import AgentEvent, ErrorRecord
 
 
 def dead_letters(path: Path) -> tuple[AgentEvent, bytes]:

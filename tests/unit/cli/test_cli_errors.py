@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from beam_agents.cli import _one_line, main
-from beam_agents.runtime import ErrorRecord, error_to_json
+from beam_agents.hosting import error_to_json
+from beam_agents.runtime import ErrorRecord
 
 ROOT = Path(__file__).resolve().parents[3]
 

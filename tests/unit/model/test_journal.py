@@ -16,19 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import JournalUnavailable
-from beam_agents.hosting import load_agent, start_runtime
+from beam_agents.hosting import ActivationRuntime, KeyedState, load_agent, start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.model import InMemoryCallJournal, JournalEntry, JournalWrite, ModelRequest
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    KeyedState,
-)
+from beam_agents.model import InMemoryCallJournal, ModelRequest
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed
 from beam_agents.stores import SqliteCallJournalConfig
 from beam_agents.testing import ScriptedModel
 

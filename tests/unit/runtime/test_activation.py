@@ -8,21 +8,14 @@ import time
 import pytest
 
 from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob
+from beam_agents.backend import PendingUpserts
 from beam_agents.errors import StoreLimitError
-from beam_agents.hosting import load_agent, start_runtime
-from beam_agents.memory import Memory, PendingUpserts
+from beam_agents.hosting import ActivationRuntime, KeyedState, load_agent, start_runtime
+from beam_agents.memory import Memory
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import ModelConfig
 from beam_agents.model.providers import LocalModel
-from beam_agents.runtime import (
-    ActivationRuntime,
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    KeyedState,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed
 from beam_agents.stores import InMemoryLongtermStore
 from tests import agents
 

@@ -17,10 +17,10 @@ from collections import Counter
 import pytest
 
 from beam_agents.errors import ProviderUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedEngine, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest
-from beam_agents.runtime import AgentConfig, AgentEvent, KeyedEngine, RetryPolicy
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
 from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.testing import ScriptedModel

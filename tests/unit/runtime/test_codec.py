@@ -9,16 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from beam_agents.errors import EventDecodeError
-from beam_agents.runtime import (
-    AgentEvent,
-    ErrorRecord,
-    Intent,
+from beam_agents.hosting import (
     decode_event_json,
     error_from_json,
     error_to_json,
     event_to_json,
     intent_to_json,
 )
+from beam_agents.runtime import AgentEvent, ErrorRecord, Intent
 from beam_agents.runtime._codec import decode_event
 
 events = st.builds(

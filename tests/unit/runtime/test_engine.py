@@ -19,16 +19,15 @@ from typing import Any
 import pytest
 
 from beam_agents.errors import ConfigError, ProviderUnavailable
-from beam_agents.hosting import agent_config_from_mapping, start_runtime
+from beam_agents.hosting import (
+    KeyedEngine,
+    agent_config_from_mapping,
+    error_from_json,
+    start_runtime,
+)
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, CircuitBreaker, ModelConfig, ModelRequest
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    KeyedEngine,
-    RetryPolicy,
-    error_from_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
 from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.testing import ScriptedModel
@@ -180,7 +179,7 @@ def test_a_retry_replays_the_calls_the_failed_attempt_paid_for() -> None:
 def test_the_replay_cache_holds_a_suspended_heads_paid_calls_and_nothing_once_it_commits() -> None:
     """Invariants 1 and 3: the entries serve the seq they were paid under, and no later one."""
     from beam_agents._proto.llm_cache_pb2 import LlmCacheBlob  # noqa: PLC0415
-    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import KeyCells  # noqa: PLC0415
 
     failed_once = threading.Event()
 
@@ -262,7 +261,7 @@ def test_the_backoff_grows_is_capped_and_is_the_same_every_time() -> None:
 
 def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> None:
     """A key restored or committed elsewhere while its activation ran keeps its own state."""
-    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import KeyCells  # noqa: PLC0415
 
     metrics = RecordingMetrics()
     config = AgentConfig(agent="tests.agents:counter")
@@ -284,7 +283,7 @@ def test_an_outcome_whose_key_moved_on_meanwhile_is_dropped_not_applied() -> Non
 
 def test_try_start_refuses_when_every_slot_is_taken() -> None:
     """max_in_flight is a hard bound: a third key waits while two run, and starts once one ends."""
-    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+    from beam_agents.hosting import KeyedState  # noqa: PLC0415
 
     config = AgentConfig(agent="tests.agents:steady", max_in_flight=2)
     with start_runtime(config, metrics=RecordingMetrics()) as runtime:
@@ -304,7 +303,7 @@ def test_try_start_refuses_when_every_slot_is_taken() -> None:
 
 def test_a_key_past_max_queued_per_key_gets_backlog_dead_letters_and_others_go_on() -> None:
     """Invariant 4 covers the queue: the overflow carries the event, is retriable, is counted."""
-    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import KeyCells  # noqa: PLC0415
 
     metrics = RecordingMetrics()
     config = AgentConfig(agent="tests.agents:counter", max_queued_per_key=2)
@@ -334,7 +333,7 @@ def test_a_key_past_max_queued_per_key_gets_backlog_dead_letters_and_others_go_o
 def test_an_event_behind_the_keys_watermark_is_late_counted_and_run_or_dead_lettered(
         late_events: str) -> None:
     """Event time on an unbounded input: the watermark releases events; a late one is counted."""
-    from beam_agents.runtime import EventOrdering, KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import EventOrdering, KeyCells  # noqa: PLC0415
 
     ordering = EventOrdering(max_out_of_orderness_ms=100,
                              late_events=late_events)  # type: ignore[arg-type]
@@ -364,7 +363,7 @@ def test_an_event_behind_the_keys_watermark_is_late_counted_and_run_or_dead_lett
 
 def test_the_queue_length_and_the_oldest_queued_age_are_distributions() -> None:
     """Each queued event samples its key's queue length; each first start, the head's age."""
-    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import KeyCells  # noqa: PLC0415
 
     metrics = RecordingMetrics()
     config = AgentConfig(agent="tests.agents:counter")
@@ -413,7 +412,7 @@ class _HeldCallbacks:
 
 def test_a_key_taken_before_the_done_callback_starts_again_within_max_in_flight() -> None:
     """The taken activation's slot is free at once: the next start fits, and the peak is 1."""
-    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+    from beam_agents.hosting import KeyedState  # noqa: PLC0415
 
     runtime = _HeldCallbacks()
     scheduler = Scheduler(runtime, max_in_flight=1, metrics=RecordingMetrics())  # type: ignore[arg-type]
@@ -433,7 +432,7 @@ def test_a_key_taken_before_the_done_callback_starts_again_within_max_in_flight(
 
 def test_wait_for_returns_when_the_activation_finishes_and_leaves_its_outcome() -> None:
     """At once for a key that runs nothing; at the finish, not the timeout; at the timeout else."""
-    from beam_agents.runtime import KeyedState  # noqa: PLC0415
+    from beam_agents.hosting import KeyedState  # noqa: PLC0415
 
     runtime = _HeldCallbacks()
     runtime.release.set()  # the callbacks run at once
@@ -456,7 +455,7 @@ def test_wait_for_returns_when_the_activation_finishes_and_leaves_its_outcome() 
 
 def test_the_engines_old_method_names_still_work_and_say_what_replaced_them() -> None:
     """A host written against the names before the rename runs for one more release."""
-    from beam_agents.runtime import KeyCells  # noqa: PLC0415
+    from beam_agents.hosting import KeyCells  # noqa: PLC0415
 
     config = AgentConfig(agent="tests.agents:counter")
     with start_runtime(config, metrics=RecordingMetrics()) as runtime:

@@ -15,16 +15,10 @@ import time
 import pytest
 
 from beam_agents.errors import ProviderUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyCells, KeyedEngine, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import ModelRequest
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    KeyCells,
-    KeyedEngine,
-    RetryPolicy,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
 from beam_agents.testing import ScriptedModel
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,20 +16,10 @@ import pytest
 
 from beam_agents._proto.budget_pb2 import TokenBudgetBlob
 from beam_agents.errors import QuotaExhaustedError, RateLimitedError
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedEngine, KeyedState, error_from_json, start_runtime
 from beam_agents.metrics import RecordingMetrics
 from beam_agents.model import BreakerConfig, ModelConfig, ModelRequest, ModelResponse
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    Committed,
-    ErrorRecord,
-    Failed,
-    KeyedEngine,
-    KeyedState,
-    RetryPolicy,
-    error_from_json,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, Committed, ErrorRecord, Failed, RetryPolicy
 from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.testing import ScriptedModel

@@ -15,17 +15,14 @@ import pytest
 
 from beam_agents.cli import redrivable, redrive_lines
 from beam_agents.errors import ConfigError
-from beam_agents.hosting import agent_config_from_flags
-from beam_agents.runtime import (
-    MAX_EVENT_BYTES,
-    AgentConfig,
-    AgentEvent,
-    ErrorRecord,
+from beam_agents.hosting import (
     InputDecoder,
+    agent_config_from_flags,
     decode_input,
     error_from_json,
     error_to_json,
 )
+from beam_agents.runtime import MAX_EVENT_BYTES, AgentConfig, AgentEvent, ErrorRecord
 from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES
 from beam_agents.testing import make_event
 from tests._hostile import BAD_LINES

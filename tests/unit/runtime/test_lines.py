@@ -15,7 +15,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_agents.runtime import Oversize, read_lines
+from beam_agents.hosting import Oversize, read_lines
 from beam_agents.runtime._lines import OVERSIZE_PREFIX_BYTES
 
 

@@ -12,8 +12,9 @@ import json
 import pytest
 
 from beam_agents.errors import ConfigError
+from beam_agents.hosting import KeyedState
 from beam_agents.memory import Memory
-from beam_agents.runtime import AgentConfig, Committed, ErrorRecord, Failed, KeyedState
+from beam_agents.runtime import AgentConfig, Committed, ErrorRecord, Failed
 from beam_agents.testing import make_event, run_activation
 from tests import agents
 

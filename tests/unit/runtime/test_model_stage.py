@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from beam_agents.errors import ModelError, ProviderRejected, ProviderUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedState, start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.runtime import AgentConfig, ErrorRecord, Failed, KeyedState
+from beam_agents.runtime import AgentConfig, ErrorRecord, Failed
 from beam_agents.runtime._errors import stage_of
 from beam_agents.testing import ScriptedModel, make_event
 

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 
 import pytest
 
+from beam_agents.hosting import BagCell, KeyCells, ValueCell
 from beam_agents.model._journal import journal_key
-from beam_agents.runtime import AgentEvent, BagCell, KeyCells, ValueCell
+from beam_agents.runtime import AgentEvent
 from beam_agents.runtime._queue import EventQueue, QueueCells, queue_order
 
 

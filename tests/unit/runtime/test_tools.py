@@ -18,22 +18,15 @@ from typing import Any, Literal
 import pydantic
 import pytest
 
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import ConfigError, JournalUnavailable, ProviderUnavailable
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyedEngine, start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.model import (
-    BreakerConfig,
-    InMemoryCallJournal,
-    JournalEntry,
-    JournalWrite,
-    ModelConfig,
-    ModelRequest,
-)
+from beam_agents.model import BreakerConfig, InMemoryCallJournal, ModelConfig, ModelRequest
 from beam_agents.runtime import (
     AgentConfig,
     AgentEvent,
     ErrorRecord,
-    KeyedEngine,
     RetryPolicy,
     Tool,
     agent,

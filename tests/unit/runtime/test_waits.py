@@ -15,16 +15,9 @@ from typing import Any
 
 import pytest
 
-from beam_agents.hosting import start_runtime
+from beam_agents.hosting import KeyCells, KeyedEngine, start_runtime
 from beam_agents.metrics import RecordingMetrics
-from beam_agents.runtime import (
-    AgentConfig,
-    AgentEvent,
-    ErrorRecord,
-    KeyCells,
-    KeyedEngine,
-    RetryPolicy,
-)
+from beam_agents.runtime import AgentConfig, AgentEvent, ErrorRecord, RetryPolicy
 from beam_agents.runtime._batch import KeyRuns
 from beam_agents.runtime._scheduler import Scheduler
 from beam_agents.runtime._waits import PendingWaits

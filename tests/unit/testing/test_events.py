@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_agents.runtime import AgentEvent, decode_event_json, encode_payload
+from beam_agents.hosting import decode_event_json
+from beam_agents.runtime import AgentEvent, encode_payload
 from beam_agents.testing import DEFAULT_EVENT_TIME_MS, make_event, make_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from beam_agents import AgentContext
-from beam_agents.runtime import decode_event_json, error_from_json
+from beam_agents.hosting import decode_event_json, error_from_json
 from beam_agents.testing import AgentTestEnv, ScriptedModel, run_file
 
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from beam_agents.errors import ProviderRejected, ProviderUnavailable
+from beam_agents.hosting import KeyedState
 from beam_agents.model import ModelProvider, ModelRequest, ModelResponse
-from beam_agents.runtime import AgentConfig, Committed, ErrorRecord, Failed, KeyedState
+from beam_agents.runtime import AgentConfig, Committed, ErrorRecord, Failed
 from beam_agents.testing import (
     ScriptedModel,
     ScriptExhaustedError,

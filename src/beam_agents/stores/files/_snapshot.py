@@ -21,8 +21,8 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator
 
+from beam_agents.backend import PartInfo
 from beam_agents.errors import SnapshotUnavailable, StateCorruptError
-from beam_agents.runtime import PartInfo
 from beam_agents.stores._snapshot_config import Files, FileSnapshotConfig
 
 __all__ = ["FileSnapshotStore"]

@@ -20,8 +20,9 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud.firestore_v1 import AsyncClient
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model import JournalEntry, JournalWrite, LearnedRateRecord
+from beam_agents.model import LearnedRateRecord
 from beam_agents.stores._journal_config import FirestoreCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,

@@ -19,14 +19,9 @@ from google.cloud.firestore_v1 import AsyncClient, AsyncTransaction, async_trans
 from google.cloud.firestore_v1.async_document import AsyncDocumentReference
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from beam_agents.backend import seq_guard_allows, validate_key, validate_search
 from beam_agents.errors import MemoryContractError, MemoryUnavailable
-from beam_agents.memory import (
-    FlushReceipt,
-    LongtermRecord,
-    seq_guard_allows,
-    validate_key,
-    validate_search,
-)
+from beam_agents.memory import FlushReceipt, LongtermRecord
 from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import FirestoreLongtermConfig
 from beam_agents.stores.firestore._client import FirestoreClient

@@ -45,13 +45,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from beam_agents.backend import validate_entity_key, validate_key
 from beam_agents.errors import (
     ConfigError,
     MemoryContractError,
     ScopeViolation,
     StoreLimitError,
 )
-from beam_agents.memory import LongtermRecord, validate_entity_key, validate_key
+from beam_agents.memory import LongtermRecord
 
 __all__ = [
     "LONG_ENTITY_ID_PREFIX",

@@ -29,8 +29,8 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud.firestore_v1 import Client
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from beam_agents.backend import PartInfo
 from beam_agents.errors import ConfigError, SnapshotUnavailable, StateCorruptError
-from beam_agents.runtime import PartInfo
 from beam_agents.stores._snapshot_config import FirestoreSnapshotConfig
 
 __all__ = ["CHUNK_BYTES", "FirestoreSnapshotConfig", "FirestoreSnapshotStore"]

@@ -16,11 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from beam_agents.errors import ConfigError, MemoryContractError, MemoryUnavailable
-from beam_agents.memory import (
-    DiscardReceipt,
-    FlushReceipt,
-    LongtermRecord,
+from beam_agents.backend import (
     as_batch,
     copy_record,
     seq_guard_allows,
@@ -28,6 +24,8 @@ from beam_agents.memory import (
     validate_key,
     validate_search,
 )
+from beam_agents.errors import ConfigError, MemoryContractError, MemoryUnavailable
+from beam_agents.memory import DiscardReceipt, FlushReceipt, LongtermRecord
 from beam_agents.stores._buffered import StoreBase
 
 __all__ = ["InMemoryLongtermConfig", "InMemoryLongtermStore", "Operation"]

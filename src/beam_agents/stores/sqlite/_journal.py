@@ -22,8 +22,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
+from beam_agents.backend import JournalEntry, JournalWrite
 from beam_agents.errors import JournalUnavailable, MemoryContractError
-from beam_agents.model import JournalEntry, JournalWrite, LearnedRateRecord
+from beam_agents.model import LearnedRateRecord
 from beam_agents.stores._journal_config import SqliteCallJournalConfig
 from beam_agents.stores._journal_rules import (
     check_entry,

@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from beam_agents.backend import validate_entity_key, validate_key, validate_search
 from beam_agents.errors import MemoryUnavailable
-from beam_agents.memory import (
-    FlushReceipt,
-    LongtermRecord,
-    validate_entity_key,
-    validate_key,
-    validate_search,
-)
+from beam_agents.memory import FlushReceipt, LongtermRecord
 from beam_agents.stores._buffered import StoreBase
 from beam_agents.stores._config import SqliteLongtermConfig
 from beam_agents.stores.sqlite._base import SqliteDatabase, immediate_transaction
