@@ -271,6 +271,7 @@ class ReplayCache:
                 f"{len(response)} response bytes", cell=_CELL,
             )
         last_access = entry.last_access_ms
+        grew = False
         if last_access != now:
             # Stamps of one varint length re-encode to the same size (the usual
             # case: both are recent epoch milliseconds), so only a stamp that
@@ -279,15 +280,19 @@ class ReplayCache:
                           and varint_size(last_access) == varint_size(now))
             if not same_width:
                 key_bytes = _utf8_length(cache_key)
-                self._entries_bytes += _entry_size(
+                change = _entry_size(
                     key_bytes, len(response), digest_only, created, now
                 ) - _entry_size(key_bytes, len(response), digest_only, created, last_access)
+                self._entries_bytes += change
+                grew = change > 0
             entry.last_access_ms = now
         if index != len(keys) - 1:
             del entries[index]
             entries.append(entry)
             del keys[index]
             keys.append(cache_key)
+        if grew:
+            self._fit_after_stamp()
         self._dirty = True
         return CachedResponse(cache_key=cache_key, response=response, digest=digest,
                               digest_only=digest_only, created_at_ms=created,
@@ -360,6 +365,31 @@ class ReplayCache:
         self._dirty = True
         return CachedResponse(cache_key=cache_key, response=stored, digest=digest,
                               digest_only=digest_only, created_at_ms=now, last_access_ms=now)
+
+    def _fit_after_stamp(self) -> None:
+        """Bring the blob back under the cap after a hit's stamp lengthened it (C14).
+
+        A stamp of another varint length than the one it replaces (an entry
+        written at an early clock, read at a later one) can take a blob that
+        was within a few bytes of the cap over it. As for an insert, the
+        least-recently-used entries are evicted until it fits, the hit (now
+        the most recent) last; a hit that does not fit alone keeps its digest
+        only (C16). The caller still gets the response it read.
+        """
+        while _blob_size(self._entries_bytes, self._total) > MAX_BLOB_BYTES:
+            if not self._exact:
+                self._measure()  # only the bound is over the cap; decide on the exact size
+                continue
+            entry = self._blob.entries[-1]
+            if len(self._keys) > 1 or entry.digest_only:
+                self._remove(0)
+                continue
+            response_bytes = len(entry.response)
+            before = _entry_size_of(entry, response_bytes)
+            entry.response = b""
+            entry.digest_only = True
+            self._entries_bytes += _entry_size_of(entry, 0) - before
+            self._total -= response_bytes
 
     def _remove(self, index: int) -> None:
         entries = self._blob.entries

@@ -268,6 +268,41 @@ def test_a_digest_only_insert_into_a_full_blob_evicts_only_what_its_own_entry_ne
     assert cache.to_blob().ByteSize() <= MAX_BLOB_BYTES
 
 
+def test_a_hit_whose_longer_stamp_breaks_the_cap_evicts_the_least_recent_entry() -> None:
+    """A stamp of 0 takes no bytes; re-stamped at a later clock it takes five (C14)."""
+    key = k("big")
+
+    def written(size: int) -> ReplayCache:
+        earlier = ReplayCache(now_ms=0)
+        earlier.put(k("small"), b"s")
+        earlier.put(key, b"b" * size)
+        return earlier
+
+    size = max(n for n in range(101_800, 102_400)
+               if len(written(n)) == 2 and not written(n).to_blob().entries[-1].digest_only)
+    earlier = written(size)  # both entries, within a stamp's five bytes of the cap
+    assert earlier.size_bytes > MAX_BLOB_BYTES - 5
+    cache = ReplayCache(earlier.to_bytes(), now_ms=21_599_999)
+    hit = cache.get(key)
+    assert hit is not None and hit.response == b"b" * size
+    assert order(cache) == [key]
+    assert cache.to_blob().ByteSize() == cache.size_bytes <= MAX_BLOB_BYTES
+
+
+def test_a_hit_that_cannot_fit_alone_after_its_stamp_keeps_its_digest_only() -> None:
+    """The caller still gets the bytes; the cell keeps the digest, as for an oversized put."""
+    key = k("edge")
+    limit = max(n for n in range(102_000, 102_400) if fits_in_empty_blob(key, n, 0))
+    earlier = ReplayCache(now_ms=0)
+    earlier.put(key, b"e" * limit)
+    cache = ReplayCache(earlier.to_bytes(), now_ms=21_599_999)
+    hit = cache.get(key)
+    assert hit is not None and hit.response == b"e" * limit and not hit.digest_only
+    entry = cache.to_blob().entries[0]
+    assert entry.digest_only and entry.response == b"" and entry.response_digest == hit.digest
+    assert cache.to_blob().ByteSize() == cache.size_bytes <= MAX_BLOB_BYTES
+
+
 def test_re_put_replaces_the_entry_and_restarts_its_ttl() -> None:
     cache = ReplayCache(staged("a", "b"), now_ms=NOW + 1_000)
     cache.put(k("a"), b"new")
@@ -499,9 +534,18 @@ class ReferenceCache:
                 del self.entries[index]
                 if now - e.created_at_ms > TTL_MS:
                     return None
-                e.last_access_ms = now
+                served = LlmCacheEntry()
+                served.CopyFrom(e)
+                e.last_access_ms = served.last_access_ms = now
                 self.entries.append(e)
-                return e
+                # A longer stamp may break the cap: evict as an insert does, the hit
+                # last, and a hit that cannot fit alone keeps its digest only.
+                while self.blob().ByteSize() > MAX_BLOB_BYTES:
+                    if len(self.entries) > 1 or e.digest_only:
+                        self.entries.pop(0)
+                    else:
+                        e.response, e.digest_only = b"", True
+                return served
         return None
 
 
