@@ -14,6 +14,8 @@ from pathlib import Path
 import apache_beam
 import pytest
 
+from beam_agents.beam._runner import with_runner_safeguards
+
 __all__ = ["REPO", "flink_home", "job_server_jar", "pin", "prism_binary", "prism_flags"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,9 +50,12 @@ def prism_flags() -> list[str]:
     of the first PrismRunner: a DirectRunner's Prism try without a location
     (which fails offline) would otherwise answer every later run here, and
     ignore its ``--prism_location``. The experiment gives each run its own.
+    The tests build their pipelines themselves, so they add the safeguard
+    `beam-agents run` adds for Prism too (no bundle splits).
     """
-    return ["--runner=PrismRunner", f"--prism_location={prism_binary()}",
-            "--experiments=disable_prism_server_singleton"]
+    return with_runner_safeguards(
+        ["--runner=PrismRunner", f"--prism_location={prism_binary()}",
+         "--experiments=disable_prism_server_singleton"], streaming=True)
 
 
 def job_server_jar() -> Path:

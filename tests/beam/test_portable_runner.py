@@ -348,7 +348,26 @@ def test_a_streaming_flink_run_finishes_small_bundles_before_checkpoints_unless_
     assert with_runner_safeguards(flink, streaming=False) == flink
     given = [*flink, FINISH, "--max_bundle_size=100", "--unaligned_checkpoint_enabled=false"]
     assert with_runner_safeguards(given, streaming=True) == given  # not twice, not overridden
-    direct = ["--runner=DirectRunner", "--input_files=x.jsonl"]
-    assert with_runner_safeguards(direct, streaming=True) == direct
+    dataflow = ["--runner=DataflowRunner", "--input_files=x.jsonl"]
+    assert with_runner_safeguards(dataflow, streaming=True) == dataflow
     dotted = ["--runner=apache_beam.runners.portability.flink_runner.FlinkRunner"]
     assert with_runner_safeguards(dotted, streaming=True) == [*dotted, FINISH, small, unaligned]
+
+
+def test_prism_and_the_direct_runner_are_told_not_to_split_a_bundle() -> None:
+    """Prism, tried first by the DirectRunner, gets ``prism_disable_sdf_split``, once.
+
+    A split Prism bundle could run one key in two bundles at once
+    (`with_runner_safeguards` says how); experiments already given are kept.
+    """
+    no_split = "--experiments=prism_disable_sdf_split"
+    for runner in ([], ["--runner=DirectRunner"], ["--runner=PrismRunner"]):
+        for streaming in (True, False):
+            assert with_runner_safeguards(runner, streaming=streaming) == [*runner, no_split]
+    given = ["--runner=PrismRunner", "--experiments=a,prism_disable_sdf_split"]
+    assert with_runner_safeguards(given, streaming=True) == given
+    other = ["--runner=PrismRunner", "--experiments=disable_prism_server_singleton"]
+    added = with_runner_safeguards(other, streaming=True)
+    assert added == [*other, no_split]
+    experiments = PipelineOptions(added).get_all_options()["experiments"]
+    assert set(experiments) == {"disable_prism_server_singleton", "prism_disable_sdf_split"}

@@ -30,6 +30,8 @@ __all__ = ["RunnerReport", "runner_report", "watch_runner", "with_runner_safegua
 FINISH_BUNDLE_BEFORE_CHECKPOINTING = "--finish_bundle_before_checkpointing"
 MAX_BUNDLE_SIZE = "--max_bundle_size"
 UNALIGNED_CHECKPOINTS = "--unaligned_checkpoint_enabled"
+#: Prism's switch that stops it splitting a slow bundle (see `with_runner_safeguards`).
+PRISM_NO_SPLIT = "prism_disable_sdf_split"
 
 #: Elements a streaming FlinkRunner bundle holds at most, unless ``--max_bundle_size``
 #: says otherwise (see `with_runner_safeguards`).
@@ -159,9 +161,24 @@ def with_runner_safeguards(argv: list[str], *, streaming: bool) -> list[str]:
     job does: ``--max_bundle_size`` `FLINK_STREAMING_BUNDLE_SIZE` bounds the
     wait by a few activations, and ``--unaligned_checkpoint_enabled`` lets
     the barrier overtake the buffered elements (they go into the checkpoint).
+
+    Prism (and the DirectRunner, which tries Prism first from Beam 2.64 on):
+    Prism splits a bundle that made no progress between two of its progress
+    requests, and an agent's step that waits for a key's activation makes
+    none. The split hands the bundle's remaining elements back to be
+    scheduled, and Prism 2.77 then frees their keys while the first part of
+    the bundle may still be running one of them: two bundles ran the same
+    key at once in one worker, and the job failed on the engine's guard that
+    a key has one activation in flight (a streaming test on Prism 2.77, once,
+    on a busy machine). Prism's own source warns that splitting a bundle
+    with timers is unexpected (apache/beam#35771). A split never helps a
+    keyed step, whose keys each run in one bundle anyway, so
+    ``--experiments=prism_disable_sdf_split`` turns it off.
     """
-    runner = str(PipelineOptions(argv).view_as(StandardOptions).runner or "")
-    if not streaming or runner.rsplit(".", 1)[-1] != "FlinkRunner":
+    runner = str(PipelineOptions(argv).view_as(StandardOptions).runner or "").rsplit(".", 1)[-1]
+    if runner in ("", "DirectRunner", "PrismRunner"):
+        return _with_experiment(argv, PRISM_NO_SPLIT)
+    if not streaming or runner != "FlinkRunner":
         return argv
     given = {arg.split("=", 1)[0] for arg in argv}
     # A switch: the job server declares it boolean, so it takes no value.
@@ -172,3 +189,10 @@ def with_runner_safeguards(argv: list[str], *, streaming: bool) -> list[str]:
     if UNALIGNED_CHECKPOINTS not in given:
         added.append(UNALIGNED_CHECKPOINTS)
     return [*argv, *added]
+
+
+def _with_experiment(argv: list[str], experiment: str) -> list[str]:
+    """`argv` with ``--experiments=experiment`` added, unless it has it already."""
+    given = PipelineOptions(argv).get_all_options().get("experiments") or []
+    given = [name for item in given for name in item.split(",")]
+    return argv if experiment in given else [*argv, f"--experiments={experiment}"]
