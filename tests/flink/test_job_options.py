@@ -18,7 +18,7 @@ from beam_agents.flink import (
     job_parser,
     parse_args,
 )
-from beam_agents.flink._job import AUTO_BUNDLE_SIZE
+from beam_agents.flink._job import AUTO_BUNDLE_SIZE, AUTO_BUNDLE_TIME_MS
 
 IO = ["--input_files", "a.jsonl", "--input_files", "dir/", "--output_path", "out/intents",
       "--errors_path", "out/errors"]
@@ -45,11 +45,12 @@ def test_every_flag_default_and_its_help_come_from_the_options_dataclass() -> No
                 if f.default is not dataclasses.MISSING}
     assert {name: parser.get_default(name) for name in defaults} == defaults
     helps = {action.dest: action.help or "" for action in parser._actions}
-    for name in ("checkpointing_interval_ms", "restart_attempts", "restart_delay_ms",
-                 "bundle_time_ms"):
+    for name in ("checkpointing_interval_ms", "restart_attempts", "restart_delay_ms"):
         assert f"(default {defaults[name]})" in helps[name], name
     assert all(f"{size} in {order} order" in helps["bundle_size"]
                for order, size in AUTO_BUNDLE_SIZE.items())
+    assert all(f"{ms} in {order} order" in helps["bundle_time_ms"]
+               for order, ms in AUTO_BUNDLE_TIME_MS.items())
     assert "(default 128, " in helps["max_parallelism"]
     assert "(default on)" in helps["unaligned_checkpoints"]
     assert "(default off" in helps["python_managed_memory"]
@@ -66,7 +67,7 @@ def test_python_workers_are_not_shared_through_managed_memory_by_default() -> No
 
 @pytest.mark.parametrize(("flag", "value"), [
     ("--parallelism", "0"), ("--restart_attempts", "-1"), ("--bundle_size", "0"),
-    ("--checkpointing_interval_ms", "-5"), ("--max_parallelism", "0"),
+    ("--checkpointing_interval_ms", "-5"), ("--max_parallelism", "0"), ("--bundle_time_ms", "0"),
     ("--max_parallelism", "32769")])
 def test_out_of_range_values_name_the_flag(flag: str, value: str) -> None:
     with pytest.raises(ConfigError, match=flag) as raised:
@@ -163,6 +164,16 @@ def test_the_bundle_size_follows_the_event_order_unless_given(
     assert flink_settings(options)["python.fn-execution.bundle.size"] == str(size)
 
 
+@pytest.mark.parametrize(("order", "flag", "ms"), [
+    ("event_time", None, 1_000), ("arrival", None, 50), ("event_time", 7, 7), ("arrival", 7, 7)])
+def test_the_bundle_time_follows_the_event_order_unless_given(
+        order: str, flag: int | None, ms: int) -> None:
+    """A timer that calls a key back waits out the open bundle: short ones while events arrive."""
+    options = FlinkJobOptions(input_files=("a",), output_path="o", errors_path="e",
+                              event_order=order, bundle_time_ms=flag)  # type: ignore[arg-type]
+    assert flink_settings(options)["python.fn-execution.bundle.time"] == str(ms)
+
+
 def test_the_python_execution_mode_is_process_unless_thread_is_asked() -> None:
     """Thread mode runs embedded in the JVM, with this interpreter's path (see FlinkJobOptions)."""
     options, _ = parse_args([*IO, "--agent", "tests.agents:counter"])
@@ -201,6 +212,7 @@ def test_kafka_flags_map_onto_kafka_options_with_client_properties() -> None:
     assert options.kafka.max_out_of_orderness_ms == 5000
     # On a topic events run while the input arrives: arrival order's small bundles.
     assert flink_settings(options)["python.fn-execution.bundle.size"] == "16"
+    assert flink_settings(options)["python.fn-execution.bundle.time"] == "50"
 
 
 @pytest.mark.parametrize(("extra", "field"), [

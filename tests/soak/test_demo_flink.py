@@ -1,4 +1,4 @@
-"""`make demo-flink`'s driver on a small input: every published line has a committed outcome."""
+"""`make demo-flink`'s driver on a small input: every line has an outcome, and a summary."""
 
 from __future__ import annotations
 
@@ -28,5 +28,11 @@ def test_the_flink_demo_accounts_for_every_published_line(
     published, intents, dead, accounted, total = map(int, line.groups())
     assert published == total == accounted == 150
     assert intents + dead >= 150 and dead >= 1  # line 149 of examples/events.jsonl is not JSON
-    paid = re.search(r"^\s*model calls paid\s+(\d+)", done.stdout, re.MULTILINE)
-    assert paid and int(paid.group(1)) > 0, output
+    # make demo's summary, from the job's counters and the committed topics.
+    summary = dict(re.findall(r"^  (\S[\w ()/-]*?)\s{2,}(\d+)\b", done.stdout, re.MULTILINE))
+    assert int(summary["events read"]) == 150, output
+    assert int(summary["errors by stage"]) == dead, output
+    committed = int(summary["activations committed"])
+    assert 0 < committed <= intents, output
+    assert int(summary["model calls paid"]) >= committed, output  # each activation calls once
+    assert int(summary["tokens paid (in / out)"]) > 0, output

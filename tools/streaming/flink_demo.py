@@ -9,29 +9,32 @@ second), publishes examples/events.jsonl at a steady rate, and shows one live
 line: outcomes per second, lines pending (queued or in flight in the job, or
 done and waiting for their checkpoint), and p50/p99 latency from publish to
 the committed intent or dead letter. Once every line is accounted for it
-prints a summary (intents, calls paid from the call journal, dead letters by
-stage) and its own line. Exits 1 with a one-line reason if a line
+prints `make demo`'s summary (from the job's counters and the committed
+topics) and its own line. Exits 1 with a one-line reason if a line
 is lost or it times out.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
-import sqlite3
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
+from beam_agents._summary import print_summary
+from beam_agents.flink._metrics import COUNTERS_DIR_PARAMETER, read_tallies
+from beam_agents.model import ModelConfig
 from tools.streaming._common import REPO, Published, fmt_ms, percentile
 from tools.streaming._flink import FlinkJob, KafkaOutcomes, Topics
 
 #: The flags of `make demo`'s job, on Flink (the agent, its model and stores).
+PRICE_IN, PRICE_OUT = 0.15, 0.60
 AGENT_FLAGS = ["--agent", "examples.support_agent:agent", "--model_outage", "40:4",
-               "--model_quota", "60", "--model_price_in_per_mtok", "0.15",
-               "--model_price_out_per_mtok", "0.60"]
+               "--model_quota", "60", "--model_price_in_per_mtok", str(PRICE_IN),
+               "--model_price_out_per_mtok", str(PRICE_OUT)]
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    counters = out / "counters"
+    counters.mkdir()
     started = time.monotonic()
     broker = KafkaBroker()
     try:
@@ -75,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                  "--checkpointing_interval_ms", str(args.checkpointing_interval_ms),
                  "--idle_timeout_ms", "1000", "--parallelism", "2",
                  "--call_journal", "sqlite", "--call_journal_path", str(out / "calls.sqlite"),
-                 "--longterm_store", "sqlite", "--sqlite_path", str(out / "longterm.sqlite")]
+                 "--longterm_store", "sqlite", "--sqlite_path", str(out / "longterm.sqlite"),
+                 "--flink_conf", f"pipeline.global-job-parameters={COUNTERS_DIR_PARAMETER}:"
+                 f"{counters}"]
         job = FlinkJob(flags, out)
         published = Published()
         outcomes = KafkaOutcomes(topics, published)
@@ -86,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"demo-flink FAILED: {reason}\n{job.log_tail()}", file=sys.stderr)
             return 1
         elapsed = time.monotonic() - started
-        _summary(outcomes, out / "calls.sqlite", job, elapsed)
+        _summary(outcomes, published=len(published), counters_dir=counters, topics=topics,
+                 elapsed_s=elapsed, checkpoint_ms=args.checkpointing_interval_ms)
         latencies = [ms for _, ms in outcomes.latencies]
         print(f"flink on kafka: published {len(published)}  intents {outcomes.intents}  "
               f"dead letters {outcomes.dead_letters}  accounted {outcomes.ended}/"
@@ -102,26 +110,38 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop()
 
 
-def _summary(outcomes: KafkaOutcomes, journal: Path, job: FlinkJob, elapsed_s: float) -> None:
-    """What the committed topics and the call journal say about the run.
+def _summary(outcomes: KafkaOutcomes, *, published: int, counters_dir: Path, topics: Topics,
+             elapsed_s: float, checkpoint_ms: int) -> None:
+    """`make demo`'s summary, from the job's counters and the committed topics.
 
-    The journal holds each paid call once, so its rows are the calls paid.
-    The job's counters (events read by the decoder, from Flink's reporter)
-    are shown where they are whole; the keyed operator's stop reaching the
-    reporter on this path, so they are not used.
+    The counters are the tallies each Activate subtask writes as it reports
+    (`FlinkMetrics.write_tally`; the job runs on this machine). They are read
+    once they stop changing, while clock records keep the job's callbacks
+    coming, so the last activations' counts are in. Events read are the
+    published lines (each one is accounted for: an intent or a dead letter),
+    which leaves the clock records out, and errors by stage come from the
+    committed errors topic, as `make demo`'s come from its dead letters.
     """
-    with contextlib.closing(sqlite3.connect(journal)) as db:
-        paid = db.execute("SELECT COUNT(*) FROM call_journal").fetchone()[0]
-    print("summary")
-    print(f"  {'events read (decoder)':<28}{job.counters()[('beam_agents.runtime', 'events')]:>8}"
-          "   (the clock records included)")
-    print(f"  {'intents committed':<28}{outcomes.intents:>8}")
-    print(f"  {'model calls paid':<28}{paid:>8}   (rows of the call journal)")
-    print(f"  {'events/s':<28}{outcomes.ended / max(elapsed_s, 1e-9):>8.1f}   "
-          f"({elapsed_s:.1f} s in all, start-up included)")
-    print(f"  {'errors by stage':<28}{outcomes.dead_letters:>8}")
-    for stage, count in sorted(outcomes.errors_by_stage.items()):
-        print(f"    {stage:<26}{count:>8}")
+    tallies = read_tallies(counters_dir)
+    for _ in range(10):
+        topics.clock()
+        time.sleep(0.5)
+        latest = read_tallies(counters_dir)
+        if latest == tallies:
+            break
+        tallies = latest
+    counts, peaks, notes, restarted = tallies
+    counters = Counter({key: value for key, value in counts.items()
+                        if not key[1].startswith("errors_")})
+    counters[("beam_agents.runtime", "events")] = published
+    for stage, count in outcomes.errors_by_stage.items():
+        counters[("beam_agents.runtime", f"errors_{stage}")] = count
+    runner = (f"native Flink job on Kafka, local MiniCluster; outputs committed on checkpoints "
+              f"every {checkpoint_ms} ms")
+    if restarted:
+        runner += f"; {restarted} subtask(s) restarted, their counts start at their restore"
+    print_summary(counters, peaks, notes, elapsed_s=elapsed_s, runner=runner,
+                  model=ModelConfig(price_in_per_mtok=PRICE_IN, price_out_per_mtok=PRICE_OUT))
 
 
 def _drive(args: argparse.Namespace, job: FlinkJob, topics: Topics,  # noqa: PLR0917

@@ -20,6 +20,7 @@ from beam_agents.errors import BeamAgentsError, ConfigError
 from beam_agents.flink._function import ExecutionMode
 from beam_agents.flink._job import (
     AUTO_BUNDLE_SIZE,
+    AUTO_BUNDLE_TIME_MS,
     FlinkJobOptions,
     build_job,
     environment,
@@ -109,8 +110,10 @@ def job_parser() -> argparse.ArgumentParser:
          f"{AUTO_BUNDLE_SIZE['event_time']} in event_time order, where elements only queue "
          f"and each bundle end writes the state it touched; {AUTO_BUNDLE_SIZE['arrival']} "
          "in arrival order, where checkpoints wait for the bundle in flight).", type=int)
-    _add(flink, "bundle_time_ms", "Longest a Python bundle stays open, in ms "
-         "(default {default}).", type=int)
+    _add(flink, "bundle_time_ms", "Longest a Python bundle stays open, in ms, and so the "
+         f"longest a key waits between two activations (default: "
+         f"{AUTO_BUNDLE_TIME_MS['event_time']} in event_time order; "
+         f"{AUTO_BUNDLE_TIME_MS['arrival']} in arrival order and on a topic).", type=int)
     _add(flink, "python_managed_memory", "Share one Python worker per slot from managed "
          "memory (default {default}: PyFlink 2.3 can fail the task manager when a failover "
          "cancels the tasks sharing it).", action=switch)
