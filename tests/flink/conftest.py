@@ -12,27 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyflink
 import pytest
-import yaml
 
 from beam_agents.memory import LongtermStoreConfig
-from tests._emulators import free_port
 from tests._firestore_server import firestore_host
+from tests._flink_cluster import FlinkCluster, standalone_cluster
 from tests.flink._sink import part_lines
 from tools.jaeger.server import Jaeger, start_jaeger, stop_jaeger
 
@@ -42,7 +37,6 @@ __all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "p
 REPO = Path(__file__).resolve().parents[2]
 FLINK_HOME = Path(pyflink.__file__).resolve().parent
 _JOB_TIMEOUT_S = int(os.environ.get("FLINK_TEST_JOB_TIMEOUT_S", "240"))
-_START_TIMEOUT_S = 90
 
 
 def job_env(**extra: str) -> dict[str, str]:
@@ -183,42 +177,8 @@ def store_rows(config: LongtermStoreConfig, entities: Sequence[bytes]) -> list[b
     return asyncio.run(read())
 
 
-#: Task managers of the test cluster. Two, as a real deployment has more than
-#: one: a job that loses one (Flink ends a task manager whose task fails while
-#: it is cleaning up after a killed Python worker) restarts on the other.
-TASK_MANAGERS = 2
-
-
-def _registered_task_managers(address: str) -> int:
-    """How many task managers the REST endpoint lists (0 while it does not answer)."""
-    try:
-        with urllib.request.urlopen(f"http://{address}/overview", timeout=2) as reply:
-            return int(json.load(reply).get("taskmanagers", 0))
-    except (OSError, ValueError):
-        return 0
-
-
-def _live_task_managers(pid_dir: Path) -> int:
-    """How many task manager processes of this cluster are alive."""
-    alive = 0
-    for pid_file in pid_dir.glob("*taskexecutor*.pid"):
-        for pid in pid_file.read_text().split():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                # A killed one not yet reaped is a zombie: dead all the same.
-                state = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                alive += state != "Z"
-    return alive
-
-
-def _await_task_managers(address: str, env: dict[str, str]) -> None:
-    """Wait until all `TASK_MANAGERS` have registered, or fail with the logs."""
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while _registered_task_managers(address) < TASK_MANAGERS:
-        if time.monotonic() > deadline:
-            logs = "\n".join(log.read_text()[-2000:]
-                              for log in Path(env["FLINK_LOG_DIR"]).glob("*.log"))
-            raise AssertionError(f"the Flink cluster's task managers did not come up:\n{logs}")
-        time.sleep(0.5)
+def _cluster(address: str, env: dict[str, str]) -> FlinkCluster:
+    return FlinkCluster(FLINK_HOME, address, env)
 
 
 def replace_lost_task_managers(address: str, env: dict[str, str]) -> None:
@@ -227,62 +187,23 @@ def replace_lost_task_managers(address: str, env: dict[str, str]) -> None:
     A test that kills a Python worker may take its task manager down with it;
     the next test must not find the cluster short of slots.
     """
-    pid_dir = Path(env["FLINK_PID_DIR"])
-    missing = TASK_MANAGERS - _live_task_managers(pid_dir)
-    if missing <= 0:
-        return
-    for _ in range(missing):
-        subprocess.run(["bash", str(FLINK_HOME / "bin" / "taskmanager.sh"), "start"], env=env,
-                       check=True, capture_output=True, timeout=_START_TIMEOUT_S)
-    _await_task_managers(address, env)
+    _cluster(address, env).restore_task_managers()
 
 
 @pytest.fixture(scope="session")
 def flink_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     """A standalone cluster from PyFlink's distribution: yields its REST ``host:port`` and env.
 
-    Private conf, log and pid dirs and free ports, so it never meets another
-    cluster; ``stop-cluster.sh`` and a sweep of the pid files run even when a
-    test fails.
+    Private conf, log and pid dirs and free ports (`tests._flink_cluster`).
     """
-    root = tmp_path_factory.mktemp("flink-cluster")
-    conf_dir, log_dir, pid_dir = (root / name for name in ("conf", "log", "pid"))
-    shutil.copytree(FLINK_HOME / "conf", conf_dir)
-    log_dir.mkdir()
-    pid_dir.mkdir()
-    conf = yaml.safe_load((conf_dir / "config.yaml").read_text())
-    rest_port = free_port()
-    conf["jobmanager"]["rpc"]["port"] = free_port()
-    conf["jobmanager"]["memory"]["process"]["size"] = "1024m"
-    conf["taskmanager"]["numberOfTaskSlots"] = 2
-    conf["taskmanager"]["memory"]["process"]["size"] = "1280m"
-    conf["rest"] = {**conf.get("rest", {}), "port": rest_port, "bind-port": str(rest_port)}
-    conf["python"] = {"executable": sys.executable, "client": {"executable": sys.executable}}
-    # A killed task manager (test_kafka_failover) is noticed within seconds, not the
-    # default 50 s: heartbeats every 2 s, and two failed ones mark it lost.
-    conf["heartbeat"] = {"interval": 2000, "timeout": 20000}
-    # Counters reach the task manager's log, so a test can see them leave Python.
-    conf["metrics"] = {"reporter": {"slf4j": {
-        "factory": {"class": "org.apache.flink.metrics.slf4j.Slf4jReporterFactory"},
-        "interval": "200 ms"}}}
-    (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf))
-    (conf_dir / "workers").write_text("localhost\n" * TASK_MANAGERS)
-    env = job_env(FLINK_CONF_DIR=str(conf_dir), FLINK_LOG_DIR=str(log_dir),
-                  FLINK_PID_DIR=str(pid_dir))
-    bin_dir = FLINK_HOME / "bin"
-    try:
-        subprocess.run(["bash", str(bin_dir / "start-cluster.sh")], env=env, check=True,
-                       capture_output=True, timeout=_START_TIMEOUT_S)
-        env = {**env, "FLINK_LOG_DIR": str(log_dir)}
-        _await_task_managers(f"localhost:{rest_port}", env)
-        yield f"localhost:{rest_port}", env
-    finally:
-        subprocess.run(["bash", str(bin_dir / "stop-cluster.sh")], env=env, check=False,
-                       capture_output=True, timeout=60)
-        for pid_file in pid_dir.glob("*.pid"):  # whatever stop-cluster.sh missed
-            for pid in pid_file.read_text().split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), 9)
+    conf = {"python": {"executable": sys.executable, "client": {"executable": sys.executable}},
+            # Counters reach the task manager's log, so a test can see them leave Python.
+            "metrics": {"reporter": {"slf4j": {
+                "factory": {"class": "org.apache.flink.metrics.slf4j.Slf4jReporterFactory"},
+                "interval": "200 ms"}}}}
+    with standalone_cluster(FLINK_HOME, tmp_path_factory.mktemp("flink-cluster"), job_env(),
+                            conf=conf) as cluster:
+        yield cluster.rest, cluster.env
 
 
 def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[str], *,
@@ -309,15 +230,7 @@ def flink_run(address: str, env: dict[str, str], script: Path, args: Sequence[st
 
 def _cluster_post_mortem(address: str, env: dict[str, str]) -> str:
     """Cancel the cluster's unfinished jobs; returns the cluster logs' digest."""
-    rest = f"http://{address}"
-    with contextlib.suppress(OSError, ValueError):
-        with urllib.request.urlopen(f"{rest}/jobs/overview", timeout=5) as reply:
-            jobs = json.load(reply)["jobs"]
-        for job in jobs:
-            if job["state"] not in {"FINISHED", "FAILED", "CANCELED"}:
-                cancel = urllib.request.Request(f"{rest}/jobs/{job['jid']}?mode=cancel",
-                                                method="PATCH")
-                urllib.request.urlopen(cancel, timeout=5).close()
+    _cluster(address, env).cancel_jobs()
     return _flink_log_digest(Path(env["FLINK_LOG_DIR"]))
 
 
@@ -417,23 +330,5 @@ def cancel_jobs(address: str, env: dict[str, str]) -> str:
 
 
 def job_task_manager_pids(address: str, job_id: str, env: dict[str, str]) -> list[int]:
-    """The pids of the task managers that run a task of `job_id` (by their RPC ports)."""
-    with urllib.request.urlopen(f"http://{address}/jobs/{job_id}", timeout=5) as reply:
-        vertices = json.load(reply)["vertices"]
-    ports: set[int] = set()
-    for vertex in vertices:
-        url = f"http://{address}/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers"
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            for manager in json.load(reply)["taskmanagers"]:
-                ports.add(int(str(manager["taskmanager-id"]).split(":")[1].split("-")[0]))
-    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=10,
-                               check=True).stdout
-    live = {int(pid) for pid_file in Path(env["FLINK_PID_DIR"]).glob("*taskexecutor*.pid")
-            for pid in pid_file.read_text().split()}
-    pids = set()
-    for line in listening.splitlines():
-        port = re.search(r":(\d+)\s", line)
-        pid = re.search(r"pid=(\d+)", line)
-        if port and pid and int(port.group(1)) in ports and int(pid.group(1)) in live:
-            pids.add(int(pid.group(1)))
-    return sorted(pids)
+    """The pids of the task managers that run a task of `job_id`."""
+    return _cluster(address, env).job_task_manager_pids(job_id)

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -35,8 +32,10 @@ import pytest
 
 from beam_agents.beam import run as run_beam
 from beam_agents.stores import SqliteLongtermConfig
+from tests._flink_cluster import FlinkCluster, kill_tree
 from tests._kafka import client_config, connector_jar, consume, create_topics, produce
 from tests.flink.conftest import (
+    FLINK_HOME,
     REPO,
     cancel_jobs,
     job_task_manager_pids,
@@ -91,34 +90,11 @@ def _publish(bootstrap: str, topic: str, events: list[bytes], stop: threading.Ev
         stop.wait(1.0)
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a task manager and everything it started (its Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry.name))
-    tree, stack = [], [pid]
-    while stack:
-        tree.append(current := stack.pop())
-        stack.extend(children.get(current, []))
-    for member in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, signal.SIGKILL)
-
-
 def _journaled(path: Path) -> int:
     if not path.exists():
         return 0
     with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
         return int(db.execute("SELECT COUNT(*) FROM call_journal").fetchone()[0])
-
-
-def _restored_checkpoint(address: str, job_id: str) -> int | None:
-    with urllib.request.urlopen(f"http://{address}/jobs/{job_id}/checkpoints", timeout=5) as r:
-        restored = (json.load(r).get("latest") or {}).get("restored") or {}
-    return restored.get("id")
 
 
 def _agent_flags(url: str, out: Path) -> list[str]:
@@ -174,7 +150,7 @@ def test_a_killed_task_manager_restores_and_kafka_readers_see_each_intent_once(
             victims = job_task_manager_pids(address, job_id, env)
             assert victims, "no task manager runs the job"
             for pid in victims:
-                _kill_tree(pid)
+                kill_tree(pid)
             time.sleep(1.0)  # what the killed workers had sent is at the server by now
             paid_at_kill = sum(provider.calls.values())
             in_flight = paid_at_kill - _journaled(chaos / "calls.sqlite")
@@ -183,7 +159,7 @@ def test_a_killed_task_manager_restores_and_kafka_readers_see_each_intent_once(
             committed = consume(kafka_broker, topics["intents"], expect=EVENTS, timeout_s=150,
                                 settle_s=5)
             errors = consume(kafka_broker, topics["errors"], expect=0, timeout_s=5)
-            restored = _restored_checkpoint(address, job_id)
+            restored = FlinkCluster(FLINK_HOME, address, env).restored_checkpoint(job_id)
         finally:
             stop.set()
             digest = cancel_jobs(address, env)
