@@ -157,8 +157,17 @@ demo-flink: $(VENV)/.installed kafka-toolchain $(FLINK_OPERATOR_JAR)
 # here with both emulators on two cores; see docs/streaming.md) with a 503
 # burst, a 429 quota, a Firestore restart and a SIGKILLed run on a schedule;
 # writes benchmarks/results/soak.json and docs/soak.png. See docs/streaming.md.
-soak: $(VENV)/.installed
+# `make soak ENGINE=flink`: the same faults on the native Flink job from Kafka to
+# Kafka, a standalone cluster whose task managers are SIGKILLed instead of the
+# run, checked for 0 events lost and 0 intents duplicated; writes
+# benchmarks/results/soak-flink.json and docs/soak-flink.png.
+ENGINE ?= beam
+soak: $(VENV)/.installed $(if $(filter flink,$(ENGINE)),kafka-toolchain $(FLINK_OPERATOR_JAR))
+ifeq ($(ENGINE),flink)
+	$(VENV)/bin/python -m tools.streaming.flink_soak --duration_s 600 --rate 15
+else
 	$(VENV)/bin/python -m tools.streaming.soak --duration_s 600 --rate 15
+endif
 
 # The benchmark suite: a table on stdout, benchmarks/results/latest.json and PNG plots.
 # B12 (the portable runners) runs on the Beam-latest line, whose Prism runs streams.

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["passed"] else 1
 
 
-def _soak(soak: Soak) -> dict[str, Any]:  # noqa: PLR0915
+def _soak(soak: Soak) -> dict[str, Any]:
     args = soak.args
     duration, rate = args.duration_s, args.rate
     published = Published()
@@ -191,15 +191,7 @@ def _soak(soak: Soak) -> dict[str, Any]:  # noqa: PLR0915
         if now >= next_sample:
             soak.sample()
             next_sample += 1.0
-        if fs_state == "up" and now >= fs_down_at:
-            soak.firestore.stop()
-            soak.faults.append({"at_s": round(now, 1), "fault": "Firestore emulator stopped"})
-            fs_state = "down"
-        elif fs_state == "down" and now >= fs_down_at + fs_down_for:
-            soak.firestore.start()
-            soak.faults.append({"at_s": round(soak.now(), 1),
-                                "fault": "Firestore emulator restarted (empty)"})
-            fs_state = "back"
+        fs_state = firestore_fault(soak, fs_state, now, fs_down_at, fs_down_for)
         if not soak.kill and now >= kill_at:
             soak.sample()
             progress = run.freeze()
@@ -217,6 +209,23 @@ def _soak(soak: Soak) -> dict[str, Any]:  # noqa: PLR0915
             last_shown = now
         time.sleep(0.005)
     return _finish(soak, run, outcomes, published)
+
+
+def firestore_fault(soak: Any, state: str, now: float, down_at: float, down_for: float) -> str:
+    """Stop the Firestore emulator at `down_at`, restart it `down_for` later; the new state.
+
+    `state` goes "up" -> "down" -> "back"; each change is noted in `soak.faults`.
+    """
+    if state == "up" and now >= down_at:
+        soak.firestore.stop()
+        soak.faults.append({"at_s": round(now, 1), "fault": "Firestore emulator stopped"})
+        return "down"
+    if state == "down" and now >= down_at + down_for:
+        soak.firestore.start()
+        soak.faults.append({"at_s": round(soak.now(), 1),
+                            "fault": "Firestore emulator restarted (empty)"})
+        return "back"
+    return state
 
 
 def _show(soak: Soak, outcomes: Outcomes, sent: int, total: int) -> None:
@@ -316,7 +325,10 @@ def _finish(soak: Soak, run: Run, outcomes: Outcomes, published: Published) -> d
     }
 
 
-def _rss_figures(soak: Soak) -> dict[str, Any]:
+def _rss_figures(soak: Any, *, how: str = "run 1 (the longest stretch without a restart): "
+                 "mean RSS of its last window over the mean of the window after a window of "
+                 "warm-up") -> dict[str, Any]:
+    """RSS over time (`soak.samples`) and its growth over the samples of run 1."""
     window = min(60.0, soak.args.duration_s / 10)
     series = [[round(s.t, 1), s.run, round(s.rss / 2**20, 1)] for s in soak.samples]
     first = [s for s in soak.samples if s.run == 1]
@@ -328,13 +340,12 @@ def _rss_figures(soak: Soak) -> dict[str, Any]:
         if early and late and t1 - t0 >= 3 * window:
             growth = round((sum(late) / len(late) / (sum(early) / len(early)) - 1) * 100, 1)
     return {"growth_pct": growth, "window_s": window,
-            "how": "run 1 (the longest stretch without a restart): mean RSS of its last window "
-                   "over the mean of the window after a window of warm-up",
+            "how": how,
             "peak_mib": max((s.rss for s in soak.samples), default=0) / 2**20,
             "series_t_run_mib": series}
 
 
-def _latency_series(outcomes: Outcomes, soak: Soak) -> list[list[float]]:
+def _latency_series(outcomes: Outcomes, soak: Any) -> list[list[float]]:
     bucket = 10.0 if soak.args.duration_s >= 300 else 5.0
     groups: dict[int, list[float]] = {}
     with outcomes.lock:
@@ -344,7 +355,8 @@ def _latency_series(outcomes: Outcomes, soak: Soak) -> list[list[float]]:
             for index, values in sorted(groups.items())]
 
 
-def _plot(report: dict[str, Any], path: Path) -> None:
+def _plot(report: dict[str, Any], path: Path, *, rss_label: str = "RSS of the run (MiB)",
+          title: str = "soak", run_labels: dict[int, str] | None = None) -> None:
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
@@ -354,8 +366,9 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     series = report["rss"]["series_t_run_mib"]
     for number in sorted({run for _, run, _ in series}):
         points = [(t, mib) for t, run, mib in series if run == number]
-        top.plot([t for t, _ in points], [mib for _, mib in points], label=f"run {number}")
-    top.set_ylabel("RSS of the run (MiB)")
+        label = (run_labels or {}).get(number, f"run {number}")
+        top.plot([t for t, _ in points], [mib for _, mib in points], label=label)
+    top.set_ylabel(rss_label)
     top.legend(loc="lower right")
     latency = report["latency_ms"]["series"]
     bottom.plot([t for t, _, _ in latency], [p50 for _, p50, _ in latency], label="p50")
@@ -369,7 +382,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
             axis.axvline(fault["at_s"], color="grey", linestyle=":", linewidth=0.8)
         bottom.annotate(fault["fault"].split(" (")[0], (fault["at_s"], 1), rotation=90,
                         fontsize=7, xycoords=("data", "axes fraction"), va="top")
-    top.set_title(f"soak: {report['rate']:g} events/s for {report['duration_s']:g} s, "
+    top.set_title(f"{title}: {report['rate']:g} events/s for {report['duration_s']:g} s, "
                   f"{report['published']} events, lost {report['lost']}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -393,6 +406,11 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"  latency p50 {latency['p50']:.0f} ms  p99 {latency['p99']:.0f} ms; RSS peak "
           f"{rss['peak_mib']:.0f} MiB, growth {rss['growth_pct']}%; CPU "
           f"{report['cpu_s_per_event'] * 1000:.2f} ms/event; wall {report['wall_s']} s")
+    _print_verdict(report, args)
+
+
+def _print_verdict(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """The checks that failed, or PASSED, and where the figures went."""
     failed = [name for name, ok in report["checks"].items() if not ok]
     print("  PASSED" if not failed else f"  FAILED: {', '.join(failed)}")
     print(f"  figures: {args.json}  plot: {args.png}")
