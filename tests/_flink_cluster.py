@@ -59,24 +59,25 @@ class FlinkCluster:
         return dict(self._get("/overview"))
 
     def task_manager_pids(self) -> list[int]:
-        """The live task manager processes (a killed one not yet reaped is a zombie: dead)."""
+        """The live task manager processes."""
+        return self._live_pids("*taskexecutor*.pid")
+
+    def process_pids(self) -> list[int]:
+        """Every live process of the cluster: its job manager and task managers."""
+        return self._live_pids("*.pid")
+
+    def _live_pids(self, pattern: str) -> list[int]:
+        """The pids in the pid files matching `pattern` whose process lives.
+
+        A killed one not yet reaped is a zombie: dead all the same.
+        """
         pids = []
-        for pid_file in Path(self.env["FLINK_PID_DIR"]).glob("*taskexecutor*.pid"):
+        for pid_file in Path(self.env["FLINK_PID_DIR"]).glob(pattern):
             for pid in pid_file.read_text().split():
                 with contextlib.suppress(OSError, ValueError, IndexError):
                     state = Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()
                     if state[0] != "Z":
                         pids.append(int(pid))
-        return pids
-
-    def process_pids(self) -> list[int]:
-        """Every live process of the cluster: its job manager and task managers."""
-        pids = []
-        for pid_file in Path(self.env["FLINK_PID_DIR"]).glob("*.pid"):
-            for pid in pid_file.read_text().split():
-                with contextlib.suppress(OSError, ValueError):
-                    os.kill(int(pid), 0)
-                    pids.append(int(pid))
         return pids
 
     def registered_task_managers(self) -> int:

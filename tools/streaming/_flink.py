@@ -1,4 +1,4 @@
-"""What the Flink-on-Kafka drivers share: topics on the broker, the job process, its counters.
+"""What the Flink-on-Kafka drivers share: topics on the broker, the job process, outcomes.
 
 A driver publishes lines to an input topic, runs the native Flink job
 (``templates/flink/agent_job.py`` with the Kafka flags, on a local
@@ -20,14 +20,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 from tools.streaming._common import REPO, Outcomes, Published
@@ -35,7 +32,6 @@ from tools.streaming._common import REPO, Outcomes, Published
 PARTITIONS = 2
 #: Event time of the clock records: far past any real line's.
 CLOCK_MS = 4_102_444_800_000  # 2100-01-01
-_COUNTER = re.compile(r"\.(Activate|Decode)\.(\d+)\.(beam_agents_\w+)\.(\w+): (\d+)$")
 
 
 class Topics:
@@ -115,34 +111,25 @@ class KafkaOutcomes(Outcomes):
             consumer.close()
 
 
-#: The job's counters go to its log every second: the summary and live line read them there.
-REPORTER = ["--flink_conf", "metrics.reporter.slf4j.factory.class="
-            "org.apache.flink.metrics.slf4j.Slf4jReporterFactory",
-            "--flink_conf", "metrics.reporter.slf4j.interval=1 s"]
-
-
 class FlinkJob:
-    """The native job on a local MiniCluster in a process group of its own; its counters."""
+    """The native job on a local MiniCluster in a process group of its own.
+
+    Its counters reach a driver through the tallies its subtasks write
+    (``--flink_conf pipeline.global-job-parameters=...``, see flink_demo.py).
+    """
 
     def __init__(self, flags: list[str], out: Path, *, env: dict[str, str] | None = None) -> None:
         self.out = out
         self.log_dir = out / "flink-log"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.started = time.monotonic()
         self._stdout = (out / "job.out").open("w")
-        import pyflink  # noqa: PLC0415
-
-        # A local MiniCluster loads no plugins: the reporter's jar goes on the
-        # gateway's classpath, which PyFlink extends with HADOOP_CLASSPATH.
-        [reporter] = (Path(pyflink.__file__).parent / "plugins" / "metrics-slf4j").glob("*.jar")
         run_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO),
-                   "FLINK_LOG_DIR": str(self.log_dir), "HADOOP_CLASSPATH": str(reporter)}
+                   "FLINK_LOG_DIR": str(self.log_dir)}
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "templates" / "flink" / "agent_job.py"), *flags,
-             *REPORTER, "--python_executable", sys.executable],
+             "--python_executable", sys.executable],
             cwd=REPO, env=run_env, stdin=subprocess.DEVNULL, stdout=self._stdout,
             stderr=subprocess.STDOUT, start_new_session=True)
-        self._lock = threading.Lock()
 
     @property
     def pid(self) -> int:
@@ -150,21 +137,6 @@ class FlinkJob:
 
     def alive(self) -> bool:
         return self.process.poll() is None
-
-    def counters(self) -> Counter[tuple[str, str]]:
-        """The job's counters as last reported, summed over operators and subtasks."""
-        latest: dict[tuple[str, str, str, str], int] = {}
-        for log in sorted(self.log_dir.glob("*.log*")):
-            with contextlib.suppress(OSError), log.open(errors="replace") as lines:
-                for line in lines:
-                    found = _COUNTER.search(line.rstrip())
-                    if found:
-                        operator, subtask, group, name, value = found.groups()
-                        latest[(operator, subtask, group, name)] = int(value)
-        totals: Counter[tuple[str, str]] = Counter()
-        for (_, _, group, name), value in latest.items():
-            totals[("beam_agents." + group.removeprefix("beam_agents_"), name)] += value
-        return totals
 
     def stop(self) -> None:
         """Kill the job's process group (its MiniCluster and Python workers)."""

@@ -50,6 +50,7 @@ from tools.streaming._common import PROJECT, REPO, Published, percentile, proc_s
 from tools.streaming._flink import KafkaOutcomes, Topics
 from tools.streaming.soak import (
     OUTAGE_S,
+    Sample,
     _latency_series,
     _line,
     _plot,
@@ -82,14 +83,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--png", default=str(REPO / "docs" / "soak-flink.png"))
     parser.add_argument("--out", default=str(REPO / "out" / "soak-flink"))
     return parser.parse_args(argv)
-
-
-@dataclass
-class Sample:
-    t: float
-    run: int  # 1 before the kill, 2 after: the plot's series
-    rss: int
-    cpu: float
 
 
 @dataclass
@@ -126,7 +119,7 @@ class FlinkSoak:
             seen = True
             rss_total += rss
             self.cpu_by_pid[pid] = cpu
-        if seen:
+        if seen:  # run 1 before the kill, 2 after: the plot's series
             self.samples.append(Sample(self.now(), 2 if self.kill else 1, rss_total,
                                        self.cpu_s()))
 
