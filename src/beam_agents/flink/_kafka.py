@@ -48,6 +48,7 @@ from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSo
 from pyflink.java_gateway import get_gateway
 
 from beam_agents._checks import require_int
+from beam_agents._kafka_flags import DEFAULT_GROUP_ID, StartingOffsets, parse_properties
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import error_from_json
 from beam_agents.runtime import AgentEvent, ErrorRecord
@@ -57,10 +58,7 @@ if TYPE_CHECKING:  # the table planner loads only for a job that writes topics
     from pyflink.table import StatementSet, TableDescriptor
 
 __all__ = ["KAFKA_UIDS", "KafkaJobOptions", "StartingOffsets", "event_time_watermarks",
-           "kafka_jar", "kafka_lines", "sink_to_kafka"]
-
-#: Where a job with no position in its checkpoint starts reading the input topic.
-StartingOffsets = Literal["committed", "earliest", "latest"]
+           "kafka_jar", "kafka_lines", "parse_properties", "sink_to_kafka"]
 
 #: The uids of the Kafka job's own operators (see `UIDS` for the rest).
 KAFKA_UIDS = {"source": "read-kafka", "timestamps": "event-time"}
@@ -108,7 +106,7 @@ class KafkaJobOptions:
     input_topic: str | None = None
     output_topic: str | None = None
     errors_topic: str | None = None
-    group_id: str = "beam-agents"
+    group_id: str = DEFAULT_GROUP_ID
     starting_offsets: StartingOffsets = "committed"
     properties: Mapping[str, str] = field(default_factory=dict)
     transactional_id_prefix: str = "beam-agents"
@@ -142,18 +140,6 @@ class KafkaJobOptions:
             if name in self.properties:
                 raise ConfigError(f"--kafka_property {name} is set by the job itself; use its "
                                   "own flag", field="kafka_property")
-
-
-def parse_properties(pairs: list[str] | tuple[str, ...],
-                     flag: str = "kafka_property") -> dict[str, str]:
-    """``KEY=VALUE`` strings (a repeated `flag`) -> a dict; names the bad one."""
-    properties: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(f"--{flag} takes KEY=VALUE, got {pair!r}", field=flag)
-        properties[name.strip()] = value
-    return properties
 
 
 def kafka_jar() -> Path:
