@@ -149,8 +149,9 @@ def tracing_overhead(profile: Profile) -> dict[str, Any]:
     from tools.jaeger.server import start_jaeger, stop_jaeger  # noqa: PLC0415
 
     small, large, keys = (20, 80, 5) if profile.quick else (300, 1800, 50)
-    # Nine: on two cores the per-event difference of one repetition spreads by half.
-    reps = 1 if profile.quick else 9
+    # Fifteen: on two cores the per-event difference of one repetition spreads by half,
+    # and the 100 % effect is a tenth of an event.
+    reps = 1 if profile.quick else 15
     jaeger = start_jaeger(Path(tempfile.mkdtemp()) / "jaeger.log")
     try:
         base = AgentConfig(agent="benchmarks._agents:chat")

@@ -1,12 +1,28 @@
-"""The `Tracer` port over the OpenTelemetry SDK: spans and GenAI histograms out over OTLP/HTTP.
+"""The `Tracer` port over OTLP/HTTP: our own span records, the SDK's exporters on the wire.
+
+What the OpenTelemetry SDK does here, and what it does not. Its OTLP/HTTP
+exporters send (``OTEL_EXPORTER_OTLP_*`` certificates, compression and
+timeouts, retries with backoff, Retry-After), and its metric exporter takes
+our histograms as its own `MetricsData`. Its tracer and span objects do not
+take part: a span there is a locked object with validated, bounded
+attributes, handed through processors and re-encoded one message at a time,
+and at two spans per event that was most of tracing's cost (B14,
+docs/benchmarks.md). A span here is a `SpanRecord` filled in place and,
+when it ends, written to the wire format (`beam_agents.otel._otlp`) into a
+bounded buffer that the export thread sends.
 
 One exporter per worker process (`OtelTracer.shared`): a Dataflow or Flink
 worker runs many DoFn or function instances, and each would otherwise open
-its own connection and buffer. Spans are buffered (`BatchSpanProcessor`) and
-sent from the SDK's own thread, so an activation never waits for the
-collector; a full buffer or a failed export drops spans, counted as
+its own connection and buffer. Spans wait in the buffer and are sent from
+one daemon thread, so an activation never waits for the collector; a full
+buffer or a failed export drops spans, counted as
 ``beam_agents.tracing:spans_dropped`` on the runtime's metrics. Hosts call
 `flush` at teardown/close, and the process flushes once more at exit.
+
+Sampling is the SDK's ``ParentBased(TraceIdRatioBased(ratio))``, decided
+the same way: a producer's context is followed, sampled or not; without
+one, a trace is kept when the low 64 bits of its id fall under
+``ratio * 2**64``.
 
 Ids: an activation's span id is derived from the job's ``run_id``, its
 identity (entity key, seq, event id) and its attempt, and, with no producer
@@ -20,27 +36,22 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import os
+import random
+import re
 import threading
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import time
+import weakref
+from typing import ClassVar
 
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.metrics import Histogram
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.export import MetricExportResult
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.trace.status import Status, StatusCode
 
 from beam_agents.metrics import MetricsSink, NoopMetrics
+from beam_agents.otel._histograms import Histograms
+from beam_agents.otel._otlp import SpanRecord, encode_request, encode_resource_scope, encode_span
 from beam_agents.tracing import NOOP_SPAN, Attributes, Span, TracingConfig
 
 __all__ = ["OtelTracer"]
@@ -49,120 +60,71 @@ _log = logging.getLogger(__name__)
 
 _SCOPE = "beam_agents"
 NAMESPACE = "beam_agents.tracing"
-
-#: Bucket boundaries the GenAI semantic conventions advise for each histogram.
-_BUCKETS = {
-    "gen_ai.client.token.usage": (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144,
-                                  1048576, 4194304, 16777216, 67108864),
-    "gen_ai.client.operation.duration": (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28,
-                                         2.56, 5.12, 10.24, 20.48, 40.96, 81.92),
-}
-_UNITS = {"gen_ai.client.token.usage": "{token}", "gen_ai.client.operation.duration": "s"}
-_DESCRIPTIONS = {"gen_ai.client.token.usage": "Tokens paid per model call, input and output",
-                 "gen_ai.client.operation.duration": "Duration of a model call"}
+_INTERNAL, _CLIENT = 1, 3  # OTLP SpanKind
+#: Spans per export request, as the SDK's batch processor sends at most.
+_BATCH = 512
+#: W3C trace context, version 00 (later versions may append fields).
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_LOW64 = (1 << 64) - 1
 
 
-class _SeededIds(IdGenerator):
-    """Random ids, except for the next span a thread starts after `seed`."""
+class _RecordingSpan(SpanRecord):
+    """A sampled span: its own record, encoded when it ends into the tracer's buffer."""
 
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-        self._next = threading.local()
+    __slots__ = ("_tracer",)
+    recording = True
 
-    def seed(self, trace_id: int, span_id: int) -> None:
-        self._next.ids = (trace_id, span_id)
-
-    def clear(self) -> None:
-        self._next.ids = None
-
-    def generate_trace_id(self) -> int:
-        ids = getattr(self._next, "ids", None)
-        return ids[0] if ids else self._random.generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        ids = getattr(self._next, "ids", None)
-        return ids[1] if ids else self._random.generate_span_id()
-
-
-class _CountingExporter(SpanExporter):
-    """Counts the spans of failed exports; the rest is the OTLP exporter's."""
-
-    def __init__(self, inner: SpanExporter, tracer: OtelTracer) -> None:
-        self._inner = inner
+    def __init__(self, tracer: OtelTracer, trace_id: bytes, span_id: bytes,  # noqa: PLR0917
+                 parent_id: bytes, name: str, kind: int) -> None:
+        super().__init__(trace_id, span_id, parent_id, name, kind, time.time_ns())
         self._tracer = tracer
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._inner.export(spans)
-        except Exception:  # an exporter bug must not kill the SDK's thread
-            _log.exception("span export raised")
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self._tracer.dropped(len(spans))
-        else:
-            self._tracer.exported(len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _CountingProcessor(BatchSpanProcessor):
-    """A batch processor that counts the spans a full buffer drops."""
-
-    def __init__(self, exporter: SpanExporter, tracer: OtelTracer, config: TracingConfig) -> None:
-        super().__init__(exporter, max_queue_size=config.max_queue_size,
-                         schedule_delay_millis=config.schedule_delay_ms,
-                         max_export_batch_size=min(512, config.max_queue_size),
-                         export_timeout_millis=config.export_timeout_ms)
-        self._tracer = tracer
-        self._max = config.max_queue_size
-
-    def on_end(self, span: ReadableSpan) -> None:
-        # The SDK drops the oldest buffered span and only logs it; its buffer
-        # is private, so a pinned SDK version is read here (pyproject's otel extra).
-        queue = getattr(getattr(self, "_batch_processor", None), "_queue", ())
-        if span.context is not None and span.context.trace_flags.sampled \
-                and len(queue) >= self._max:
-            self._tracer.dropped(1)
-        super().on_end(span)
-
-
-class _OtelSpan:
-    """A `Span` over an SDK span."""
-
-    __slots__ = ("_owner", "_span", "recording", "traceparent")
-
-    def __init__(self, owner: OtelTracer, span: Any) -> None:
-        self._owner = owner
-        self._span = span
-        self.recording: bool = span.is_recording()
-        context = span.get_span_context()
-        self.traceparent = (f"00-{context.trace_id:032x}-{context.span_id:016x}-"
-                            f"{int(context.trace_flags):02x}") if context.is_valid else ""
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id.hex()}-{self.span_id.hex()}-01"
 
     def child(self, name: str, *, client: bool = False) -> Span:
-        if not self.recording:
-            return NOOP_SPAN  # an unsampled activation's children are not sampled either
-        span = self._owner.sdk_tracer.start_span(
-            name, context=trace.set_span_in_context(self._span),
-            kind=SpanKind.CLIENT if client else SpanKind.INTERNAL)
-        return _OtelSpan(self._owner, span)
+        return _RecordingSpan(self._tracer, self.trace_id, _random_span_id(), self.span_id,
+                              name, _CLIENT if client else _INTERNAL)
 
     def set_attributes(self, attributes: Attributes) -> None:
-        self._span.set_attributes(attributes)
+        self.attributes.update(attributes)
 
     def add_event(self, name: str, attributes: Attributes) -> None:
-        self._span.add_event(name, attributes)
+        if self.events is None:
+            self.events = []
+        self.events.append((name, time.time_ns(), attributes))
 
     def end(self, *, error_type: str | None = None) -> None:
-        if error_type is not None and self.recording:
-            self._span.set_attribute("error.type", error_type)
-            self._span.set_status(Status(StatusCode.ERROR, error_type))
-        self._span.end()
+        if self.end_ns:
+            return  # ended once already
+        if error_type is not None:
+            self.attributes["error.type"] = error_type
+            self.error = error_type
+        self.end_ns = time.time_ns()
+        self._tracer.buffer(self)
+
+
+class _ContextOnly:
+    """An activation that is not sampled: nothing is kept, its context travels on unsampled."""
+
+    __slots__ = ("traceparent",)
+    recording = False
+
+    def __init__(self, traceparent: str) -> None:
+        self.traceparent = traceparent
+
+    def child(self, name: str, *, client: bool = False) -> Span:
+        return NOOP_SPAN  # an unsampled activation's children are not sampled either
+
+    def set_attributes(self, attributes: Attributes) -> None:
+        """Keep nothing."""
+
+    def add_event(self, name: str, attributes: Attributes) -> None:
+        """Keep nothing."""
+
+    def end(self, *, error_type: str | None = None) -> None:
+        """Send nothing."""
 
 
 class OtelTracer:
@@ -183,38 +145,38 @@ class OtelTracer:
         self._sinks: list[MetricsSink] = []
         self.spans_dropped = 0
         self.spans_exported = 0
+        self._bound = round(config.sample_ratio * (1 << 64))
         resource = Resource.create({"service.name": config.service_name,
                                     **dict(config.resource_attributes)})
-        self._ids = _SeededIds()
+        self._resource_scope = encode_resource_scope(dict(resource.attributes), _SCOPE)
         headers = dict(config.headers)
         timeout_s = config.export_timeout_ms / 1000
-        self._provider = TracerProvider(
-            resource=resource, id_generator=self._ids,
-            sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
-        self._processor = _CountingProcessor(
-            _CountingExporter(OTLPSpanExporter(endpoint=config.url("traces"), headers=headers,
-                                               timeout=timeout_s), self),
-            self, config)
-        self._provider.add_span_processor(self._processor)
-        self.sdk_tracer = self._provider.get_tracer(_SCOPE)
-        self._meters: MeterProvider | None = None
-        self._histograms: dict[str, Histogram] = {}
+        self._spans_out = OTLPSpanExporter(endpoint=config.url("traces"), headers=headers,
+                                           timeout=timeout_s)
+        # The exporter's sender takes the bytes `_otlp` writes; its `export` would
+        # take SDK spans. Private in the SDK pinned by the otel extra (pyproject).
+        self._send = self._spans_out._client.export
+        self._histograms: Histograms | None = None
+        self._metrics_out: OTLPMetricExporter | None = None
         if config.export_metrics:
-            reader = PeriodicExportingMetricReader(
-                OTLPMetricExporter(endpoint=config.url("metrics"), headers=headers,
-                                   timeout=timeout_s),
-                export_interval_millis=config.metrics_interval_ms,
-                export_timeout_millis=config.export_timeout_ms)
-            views = [View(instrument_name=name,
-                          aggregation=ExplicitBucketHistogramAggregation(boundaries=buckets))
-                     for name, buckets in _BUCKETS.items()]
-            self._meters = MeterProvider(resource=resource, metric_readers=[reader], views=views)
-            meter = self._meters.get_meter(_SCOPE)
-            for name in _BUCKETS:
-                self._histograms[name] = meter.create_histogram(
-                    name, unit=_UNITS[name], description=_DESCRIPTIONS[name])
-        self._propagator = TraceContextTextMapPropagator()
+            self._histograms = Histograms(resource, _SCOPE)
+            self._metrics_out = OTLPMetricExporter(endpoint=config.url("metrics"),
+                                                   headers=headers, timeout=timeout_s)
         self._closed = False
+        self._start_thread()
+        # A forked child has the buffer but not the thread (a worker forked from a
+        # process that traced); it starts afresh, as the SDK's processors do.
+        restart = weakref.WeakMethod(self._start_thread)
+        os.register_at_fork(after_in_child=lambda: (method := restart()) and method())
+
+    def _start_thread(self) -> None:
+        self._buffer: list[bytes] = []  # encoded spans (`encode_span`)
+        self._buffer_lock = threading.Lock()
+        self._export_lock = threading.Lock()  # one export at a time: the thread's or a flush
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="beam-agents-otlp", daemon=True)
+        if not self._closed:
+            self._thread.start()
 
     @classmethod
     def shared(cls, config: TracingConfig, metrics: MetricsSink | None = None) -> OtelTracer:
@@ -244,69 +206,130 @@ class OtelTracer:
         if sink is not None:
             sink.inc(NAMESPACE, "spans_dropped", count)
 
-    def exported(self, count: int) -> None:
-        """Count spans the collector accepted."""
-        with self._counts_lock:
-            self.spans_exported += count
-
     def start(self, name: str, *, parent: str, identity: tuple[bytes, int, str],
               attempt: int) -> Span:
         """Start an activation's span with derived ids; see the module docstring."""
         entity_key, seq, event_id = identity
         seed = b"%s|%d|%s|" % (self._config.run_id.encode(), seq, event_id.encode()) + entity_key
-        context = None
-        parent_context = None
-        if parent:
-            context = self._propagator.extract({"traceparent": parent})
-            parent_context = trace.get_current_span(context).get_span_context()
-            if not parent_context.is_valid:
-                context, parent_context = None, None
-        trace_id = parent_context.trace_id if parent_context is not None else _id(seed, 16)
-        links: list[Link] = []
+        parent_span = b""
+        match = _TRACEPARENT.fullmatch(parent) if parent else None
+        if match is not None and _valid_parent(match):
+            trace_id = bytes.fromhex(match[2])
+            parent_span = bytes.fromhex(match[3])
+            sampled = bool(int(match[4], 16) & 1)
+        else:
+            trace_id = _digest(seed, 16)
+            sampled = int.from_bytes(trace_id[8:], "big") < self._bound
+        span_id = _digest(seed + b"|%d" % attempt, 8)
+        if not sampled:
+            return _ContextOnly(f"00-{trace_id.hex()}-{span_id.hex()}-00")
+        span = _RecordingSpan(self, trace_id, span_id, parent_span, name, _INTERNAL)
         if attempt > 1:
             # The first attempt's id is computed, not stored (module docstring).
-            first = SpanContext(trace_id=trace_id, span_id=_id(seed + b"|1", 8), is_remote=True,
-                                trace_flags=TraceFlags(TraceFlags.SAMPLED))
-            links.append(Link(first, {"beam_agents.link": "first_attempt"}))
-        self._ids.seed(trace_id, _id(seed + b"|%d" % attempt, 8))
-        try:
-            span = self.sdk_tracer.start_span(name, context=context, kind=SpanKind.INTERNAL,
-                                              links=links)
-        finally:
-            self._ids.clear()
-        if isinstance(span, NonRecordingSpan) and not span.get_span_context().is_valid:
-            return NOOP_SPAN
-        return _OtelSpan(self, span)
+            span.links = [(trace_id, _digest(seed + b"|1", 8),
+                           {"beam_agents.link": "first_attempt"})]
+        return span
 
     def record(self, name: str, value: float, attributes: Attributes) -> None:
         """Add one sample to a ``gen_ai.client.*`` histogram; unknown names are ignored."""
-        histogram = self._histograms.get(name)
-        if histogram is not None:
-            histogram.record(value, attributes)
+        if self._histograms is not None:
+            self._histograms.record(name, value, attributes)
+
+    def buffer(self, span: SpanRecord) -> None:
+        """Queue an ended span for export; a full buffer drops it, counted, never waits."""
+        limit = self._config.max_queue_size
+        if len(self._buffer) < limit:  # a peek: a full buffer drops without encoding
+            try:
+                encoded = encode_span(span)
+            except Exception:  # a span never fails its activation
+                _log.exception("a span could not be encoded")
+            else:
+                with self._buffer_lock:
+                    if len(self._buffer) < limit:
+                        self._buffer.append(encoded)
+                        if len(self._buffer) == _BATCH:
+                            self._wake.set()
+                        return
+        self.dropped(1)
 
     def flush(self) -> None:
-        """Send what is buffered, waiting at most the export timeout."""
+        """Send what is buffered, each export bounded by the export timeout."""
         if self._closed:
             return
-        timeout = self._config.export_timeout_ms
-        self._provider.force_flush(timeout)
-        if self._meters is not None:
-            self._meters.force_flush(timeout)
+        self._export(metrics=True)
 
     def shutdown(self) -> None:
-        """Flush and stop the exporter's threads; at process exit, or once per test."""
+        """Flush and stop the export thread; at process exit, or once per test."""
         if self._closed:
             return
         self.flush()
         self._closed = True
-        self._provider.shutdown()
-        if self._meters is not None:
-            self._meters.shutdown()
+        self._wake.set()
+        self._thread.join(timeout=self._config.export_timeout_ms / 1000)
+        self._spans_out.shutdown()  # type: ignore[no-untyped-call]
+        if self._metrics_out is not None:
+            self._metrics_out.shutdown()
         with self._lock:
             if self._shared.get(self._config) is self:
                 del self._shared[self._config]
 
+    def _run(self) -> None:
+        """Send spans every schedule delay (sooner when a batch fills), metrics every interval."""
+        delay = self._config.schedule_delay_ms / 1000
+        interval = self._config.metrics_interval_ms / 1000
+        next_metrics = time.monotonic() + interval
+        while not self._closed:
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._closed:
+                return
+            due = time.monotonic() >= next_metrics
+            if due:
+                next_metrics = time.monotonic() + interval
+            try:
+                self._export(metrics=due)
+            except Exception:  # the thread must outlive an exporter's bug
+                _log.exception("OTLP export raised")
 
-def _id(seed: bytes, size: int) -> int:
-    value = int.from_bytes(hashlib.blake2b(seed, digest_size=size).digest(), "big")
-    return value or 1  # an all-zero id is invalid
+    def _export(self, *, metrics: bool) -> None:
+        with self._export_lock:
+            while True:
+                with self._buffer_lock:
+                    batch, self._buffer = self._buffer[:_BATCH], self._buffer[_BATCH:]
+                if not batch:
+                    break
+                self._send_spans(batch)
+            if metrics and self._histograms is not None and self._metrics_out is not None:
+                data = self._histograms.data()
+                if data is not None and self._metrics_out.export(
+                        data, timeout_millis=self._config.export_timeout_ms) \
+                        is not MetricExportResult.SUCCESS:
+                    _log.debug("GenAI metrics were not exported")
+
+    def _send_spans(self, batch: list[bytes]) -> None:
+        try:
+            sent = self._send(encode_request(self._resource_scope, batch)).success
+        except Exception:  # an encoder or sender bug drops the batch, never the thread
+            _log.exception("span export raised")
+            sent = False
+        if sent:
+            with self._counts_lock:
+                self.spans_exported += len(batch)
+        else:
+            self.dropped(len(batch))
+
+
+def _valid_parent(match: re.Match[str]) -> bool:
+    """W3C rules the SDK's propagator applies: no version ff, no all-zero id."""
+    version, trace_id, span_id, _, rest = match.groups()
+    return (version != "ff" and not (version == "00" and rest)
+            and trace_id != "0" * 32 and span_id != "0" * 16)
+
+
+def _digest(seed: bytes, size: int) -> bytes:
+    value = hashlib.blake2b(seed, digest_size=size).digest()
+    return value if any(value) else value[:-1] + b"\x01"  # an all-zero id is invalid
+
+
+def _random_span_id() -> bytes:
+    return (random.getrandbits(64) or 1).to_bytes(8, "big")
