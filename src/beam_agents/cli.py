@@ -267,6 +267,12 @@ def _summarize(result: object, elapsed_s: float, model: ModelConfig) -> None:
             if texts:
                 notes.setdefault((item.key.metric.namespace, item.key.metric.name), texts[0])
     report = getattr(result, "beam_agents_runner", None)
+    if not counters and getattr(result, "beam_agents_cancelled", False):
+        # Beam's job service reports the counters of a job that ended DONE only;
+        # a table of zeros would say the job did nothing.
+        print(f"the job was cancelled after {elapsed_s:.1f} s; its runner reported no "
+              "counters (a Flink job's are in the Flink UI and its metrics reporters)")
+        return
     print_summary(counters, peaks, notes, elapsed_s=elapsed_s, model=model,
                   runner=report.describe() if report is not None else None)
 

@@ -2,8 +2,11 @@
 
 Names are snake_case and mirrored one-to-one by ``flex_template.json``
 parameters (a test checks both directions). Exactly one input (a Pub/Sub
-subscription or files) is required; each output goes to a Pub/Sub topic or
-to a file path, written as one file or as ``--output_shards`` files.
+subscription, a Kafka topic or files) is required; each output goes to a
+Pub/Sub topic, a Kafka topic or a file path, written as one file or as
+``--output_shards`` files. The Kafka flags are the native Flink job's
+(``beam_agents.flink``), with the same names and meanings, so a user moves
+between the two with one vocabulary.
 """
 
 from __future__ import annotations
@@ -12,14 +15,19 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_agents._kafka_flags import DEFAULT_GROUP_ID, STARTING_OFFSETS, parse_properties
+from beam_agents.beam._kafka import KafkaConfig
 from beam_agents.beam._snapshot import SnapshotPlan, plan_snapshot
 from beam_agents.errors import ConfigError
 from beam_agents.hosting import EventOrdering, add_agent_flags, agent_config_from_flags
 from beam_agents.runtime import AgentConfig
 
 __all__ = ["AgentPipelineOptions", "agent_config_from_options", "check_io",
-           "event_ordering_from_options", "output_shards_from_options",
-           "snapshot_plan_from_options"]
+           "event_ordering_from_options", "kafka_config_from_options",
+           "output_shards_from_options", "snapshot_plan_from_options", "unbounded_input"]
+
+#: The inputs, in the order an error names them.
+_INPUTS = ("input_subscription", "input_files", "input_kafka_topic")
 
 #: The most files one output is cut into: past it, a file holds so little
 #: that opening it costs more than reading it.
@@ -60,6 +68,8 @@ class AgentPipelineOptions(PipelineOptions):
         io.add_argument("--input_timestamp_attribute", help="Pub/Sub attribute holding each "
                         "message's event time (ms since the epoch, or RFC 3339); the "
                         "watermark follows it. Unset: publish time.")
+        _add_kafka_flags(parser.add_argument_group(
+            "kafka (streaming; see docs/streaming.md, \"Beam on Kafka\")"))
         order = parser.add_argument_group("event order (streaming)")
         order.add_argument("--event_order", choices=("event_time", "arrival"),
                            default="event_time", help="event_time (default): each key's "
@@ -75,34 +85,94 @@ class AgentPipelineOptions(PipelineOptions):
         add_agent_flags(parser)
 
 
+def _add_kafka_flags(kafka: argparse._ArgumentGroup) -> None:
+    """The native Flink job's Kafka flags that mean the same here, and the expansion service."""
+    kafka.add_argument("--input_kafka_topic", help="Kafka topic of events, in place of "
+                       "--input_subscription or --input_files; makes the pipeline streaming.")
+    kafka.add_argument("--output_kafka_topic", help="Kafka topic for intents, keyed by "
+                       "entity key.")
+    kafka.add_argument("--errors_kafka_topic", help="Kafka topic for dead letters, keyed by "
+                       "entity key when the event named one.")
+    kafka.add_argument("--kafka_bootstrap_servers", help="host:port,... of the Kafka cluster.")
+    kafka.add_argument("--kafka_group_id", default=DEFAULT_GROUP_ID, help="Consumer group of "
+                       "the input; it gets the offsets of each finalized checkpoint "
+                       f"(default {DEFAULT_GROUP_ID}).")
+    kafka.add_argument("--kafka_starting_offsets", choices=STARTING_OFFSETS,
+                       default="committed", help="Where a group with no committed offsets "
+                       "starts: committed (default) or earliest at the earliest record, "
+                       "latest at the end. A group's committed offsets always come first.")
+    kafka.add_argument("--kafka_property", action="append", default=None, metavar="KEY=VALUE",
+                       help="A Kafka client property for the consumer and the producers, "
+                       "e.g. security.protocol=SASL_SSL or sasl.jaas.config=...; repeat for "
+                       "more.")
+    kafka.add_argument("--kafka_expansion_service", metavar="HOST:PORT", help="The Java "
+                       "expansion service of Beam's Kafka transforms. Unset: Beam's own, which "
+                       "downloads beam-sdks-java-io-expansion-service and runs it with Java.")
+
+
+def unbounded_input(options: AgentPipelineOptions) -> str | None:
+    """The flag of the input that never ends (a subscription, a Kafka topic), or None."""
+    for name in ("input_subscription", "input_kafka_topic"):
+        if getattr(options, name):
+            return name
+    return None
+
+
 def check_io(options: AgentPipelineOptions) -> None:
-    """Exactly one input, and at least one sink for each output.
+    """Exactly one input, at least one sink for each output, and Kafka flags that hold.
 
     Raises:
-        ConfigError: naming the flag to set.
+        ConfigError: naming the flag to set or to drop.
     """
-    inputs = [name for name in ("input_subscription", "input_files") if getattr(options, name)]
+    inputs = [name for name in _INPUTS if getattr(options, name)]
     if len(inputs) != 1:
-        raise ConfigError("set exactly one of --input_subscription or --input_files",
-                          field="input_subscription")
+        given = f"; got {' and '.join(f'--{name}' for name in inputs)}" if inputs else ""
+        raise ConfigError("set exactly one of --input_subscription, --input_kafka_topic or "
+                          f"--input_files{given}", field=inputs[-1] if inputs else _INPUTS[0])
+    stream = unbounded_input(options)
+    if options.input_timestamp_attribute and not options.input_subscription:
+        raise ConfigError("--input_timestamp_attribute needs --input_subscription; events "
+                          "from files carry event_time_ms, and Kafka records their timestamp",
+                          field="input_timestamp_attribute")
     for output in ("output", "errors"):
-        if not (getattr(options, f"{output}_topic") or getattr(options, f"{output}_path")):
-            raise ConfigError(f"set --{output}_topic or --{output}_path so nothing is dropped",
-                              field=f"{output}_topic")
-        if options.input_timestamp_attribute and not options.input_subscription:
-            raise ConfigError("--input_timestamp_attribute needs --input_subscription; events "
-                              "from files carry event_time_ms", field="input_timestamp_attribute")
-        if options.input_subscription and getattr(options, f"{output}_path"):
-            # A file sink needs a bounded input; streaming output goes to Pub/Sub.
-            raise ConfigError(f"--{output}_path needs --input_files; with --input_subscription "
-                              f"write to --{output}_topic", field=f"{output}_path")
-    if options.state_snapshot is not None and (options.input_subscription
+        sinks = [f"{output}_topic", f"{output}_kafka_topic", f"{output}_path"]
+        if not any(getattr(options, name) for name in sinks):
+            raise ConfigError(f"set --{sinks[0]}, --{sinks[1]} or --{sinks[2]} so nothing is "
+                              "dropped", field=sinks[0])
+        if stream and getattr(options, f"{output}_path"):
+            # A file sink needs a bounded input; streaming output goes to topics.
+            raise ConfigError(f"--{output}_path needs --input_files; with --{stream} write to "
+                              f"--{output}_topic or --{output}_kafka_topic",
+                              field=f"{output}_path")
+    if options.state_snapshot is not None and (stream
                                                 or not str(options.state_snapshot).strip()):
         raise ConfigError("--state_snapshot needs --input_files and a folder or "
                           "firestore://COLLECTION: a streaming job keeps its keyed state in the "
                           "runner (update or drain it; docs/operations.md)",
                           field="state_snapshot")
+    kafka_config_from_options(options)
     _check_output_shards(options.output_shards)
+
+
+def kafka_config_from_options(options: PipelineOptions) -> KafkaConfig | None:
+    """The Kafka flags -> `KafkaConfig`; None when no Kafka topic is named.
+
+    Raises:
+        ConfigError: a Kafka topic without ``--kafka_bootstrap_servers``, a
+            bad ``--kafka_property`` or expansion service address; names the flag.
+    """
+    opts = options.view_as(AgentPipelineOptions)
+    topics = [name for name in ("input_kafka_topic", "output_kafka_topic", "errors_kafka_topic")
+              if getattr(opts, name)]
+    if not topics:
+        return None
+    if not (opts.kafka_bootstrap_servers or "").strip():
+        raise ConfigError(f"--{topics[0]} needs --kafka_bootstrap_servers (host:port,... of "
+                          "the Kafka cluster)", field="kafka_bootstrap_servers")
+    return KafkaConfig(bootstrap_servers=opts.kafka_bootstrap_servers,
+                       group_id=opts.kafka_group_id, starting_offsets=opts.kafka_starting_offsets,
+                       properties=parse_properties(opts.kafka_property or []),
+                       expansion_service=opts.kafka_expansion_service)
 
 
 def _check_output_shards(shards: object) -> int:

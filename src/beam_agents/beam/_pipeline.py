@@ -3,8 +3,8 @@
 The activation step depends on the path (DESIGN's "Durable, concurrent
 activations"), chosen by ``StandardOptions.streaming``:
 
-* streaming (Pub/Sub): `AgentDoFn`, the per-key queue in keyed state, pumped
-  by a processing-time timer;
+* streaming (Pub/Sub, Kafka): `AgentDoFn`, the per-key queue in keyed state,
+  pumped by a processing-time timer;
 * batch (files): ``GroupByKey`` then `AgentBatchDoFn`, which runs many whole
   keys at once without timers, which the batch runner does not fire.
 
@@ -39,14 +39,17 @@ from apache_beam.pvalue import PCollection
 from beam_agents.beam._batch import AgentBatchDoFn
 from beam_agents.beam._dofn import ERRORS, AgentDoFn
 from beam_agents.beam._host import ProviderFactory
+from beam_agents.beam._kafka import KafkaConfig, ReadKafka, TracedValue, WriteKafka
 from beam_agents.beam._metrics import BeamMetrics, local_tally
 from beam_agents.beam._options import (
     AgentPipelineOptions,
     agent_config_from_options,
     check_io,
     event_ordering_from_options,
+    kafka_config_from_options,
     output_shards_from_options,
     snapshot_plan_from_options,
+    unbounded_input,
 )
 from beam_agents.beam._pubsub import LocalSubscriptionReads, to_message
 from beam_agents.beam._read import ReadLines
@@ -85,14 +88,17 @@ class DecodeEvents(beam.DoFn):
     def process(self, element: bytes | str | Oversize | Any) -> Iterator[Any]:
         """Decode one element: bytes from every source (files are read undecoded).
 
-        A Pub/Sub message comes with its attributes, for its ``traceparent``.
+        A Pub/Sub message comes with its attributes and a Kafka record with
+        its headers, for the ``traceparent`` among them.
         """
         self._report_progress()
-        traceparent = None
+        traceparent: str | bytes | None = None
         if isinstance(element, PubsubMessage):
             attributes = element.attributes or {}
             traceparent = attributes.get("traceparent")
             element = element.data
+        elif isinstance(element, TracedValue):
+            element, traceparent = element
         decoded = self._decode(element, traceparent=traceparent)
         self._metrics.flush()
         if isinstance(decoded, ErrorRecord):
@@ -106,7 +112,11 @@ class DecodeEvents(beam.DoFn):
             print(f"\r  read {self._seen} events", end="", file=sys.stderr, flush=True)
 
 
-def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) -> Any:
+def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int,
+          kafka: KafkaConfig | None) -> Any:
+    if opts.input_kafka_topic:
+        assert kafka is not None  # a Kafka topic always has one (kafka_config_from_options)
+        return pipeline | "ReadKafka" >> ReadKafka(opts.input_kafka_topic, kafka)
     if opts.input_subscription:
         # With attributes: a producer's `traceparent` rides on its message.
         return pipeline | "ReadPubSub" >> beam.io.ReadFromPubSub(
@@ -120,8 +130,12 @@ def _read(pipeline: Pipeline, opts: AgentPipelineOptions, max_event_bytes: int) 
 
 
 def _write(lines: PCollection[bytes], *, topic: str | None, path: str | None,
-           label: str, shards: int) -> PCollection[Any] | None:
-    """Write to the topic and/or the files; returns the files' last step, when there are files."""
+           label: str, shards: int, kafka_topic: str | None = None,
+           kafka: KafkaConfig | None = None) -> PCollection[Any] | None:
+    """Write to the topics and/or the files; returns the files' last step, when there are files."""
+    if kafka_topic:
+        assert kafka is not None  # a Kafka topic always has one (kafka_config_from_options)
+        _ = lines | f"Produce{label}" >> WriteKafka(kafka_topic, kafka)
     if topic:
         # Attributes name the key, the event and (dead letters) the stage, so a
         # subscriber can filter without parsing the body.
@@ -296,13 +310,14 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     check_io(opts)
     if config is None:
         config = agent_config_from_options(options)
-    decoded = _read(pipeline, opts, config.max_event_bytes) | "Decode" >> beam.ParDo(
+    kafka = kafka_config_from_options(options)
+    decoded = _read(pipeline, opts, config.max_event_bytes, kafka) | "Decode" >> beam.ParDo(
         DecodeEvents(opts.input_format, max_event_bytes=config.max_event_bytes,
                      progress_every=progress_every)).with_output_types(
         beam.typehints.Tuple[bytes, bytes]).with_outputs(ERRORS, main="events")
-    # A subscription never ends, so it takes the streaming path even before
-    # `run` marks the options streaming: a GroupByKey would never fire on it.
-    streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
+    # A subscription or a topic never ends, so it takes the streaming path even
+    # before `run` marks the options streaming: a GroupByKey would never fire on it.
+    streaming = bool(options.view_as(StandardOptions).streaming or unbounded_input(opts))
     ordering = event_ordering_from_options(options) if streaming else None
     if snapshot is None and opts.state_snapshot:
         snapshot = snapshot_plan_from_options(options)
@@ -312,9 +327,10 @@ def build_pipeline(pipeline: Pipeline, options: PipelineOptions,
     # One count for both outputs, so a key's intents and dead letters share a shard number.
     shards = output_shards_from_options(options) if opts.output_path or opts.errors_path else 1
     written = [_write(activated.intents, topic=opts.output_topic, path=opts.output_path,
-                      label="Intents", shards=shards),
+                      label="Intents", shards=shards, kafka_topic=opts.output_kafka_topic,
+                      kafka=kafka),
                _write(errors, topic=opts.errors_topic, path=opts.errors_path, label="Errors",
-                      shards=shards)]
+                      shards=shards, kafka_topic=opts.errors_kafka_topic, kafka=kafka)]
     if snapshot is not None:
         # Last, once both outputs are written: a run that fails keeps the last good one.
         commit_after(activated[SNAPSHOT_PARTS], snapshot,
@@ -337,15 +353,19 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0,
     ``progress`` line on stderr each second instead of a count of events read.
     A batch run first removes the files an earlier run wrote at its output
     paths (`clear_outputs`), so a run that fails leaves none that look current.
+
+    A job on a Kafka topic never ends by itself: cancelled through its
+    runner (a job service's Cancel, ``flink cancel``), it returns as a run
+    that was stopped, not one that failed, with ``beam_agents_cancelled`` set.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
     opts = options.view_as(AgentPipelineOptions)
-    streaming = bool(options.view_as(StandardOptions).streaming or opts.input_subscription)
+    streaming = bool(options.view_as(StandardOptions).streaming or unbounded_input(opts))
     options = PipelineOptions(with_runner_safeguards(argv, streaming=streaming))
     opts = options.view_as(AgentPipelineOptions)
     check_runner_flags(options)
-    if opts.input_subscription:
+    if unbounded_input(opts):
         options.view_as(StandardOptions).streaming = True
     local_stream = bool(opts.input_subscription) and _runs_locally(options)
     pipeline = Pipeline(options=options)
@@ -357,7 +377,13 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0,
             result = pipeline.run()
         report = runner_report(pipeline.runner, options, result, notes)
         setattr(result, "beam_agents_runner", report)  # noqa: B010
-        result.wait_until_finish()
+        try:
+            result.wait_until_finish()
+        except RuntimeError:
+            # Beam reports every end but DONE as a failure; a topic's job ends no other way.
+            if not (opts.input_kafka_topic and _cancelled(result)):
+                raise
+            setattr(result, "beam_agents_cancelled", True)  # noqa: B010
         return result
     reads = LocalSubscriptionReads()
     reads.install()
@@ -402,11 +428,12 @@ def clear_outputs(options: PipelineOptions) -> list[str]:
 
 
 def check_runner_flags(options: PipelineOptions) -> None:
-    """Refuse runner flags Beam would quietly read as unset.
+    """Refuse runner flags Beam would quietly read as unset, and runners that cannot run them.
 
     Raises:
         ConfigError: ``--flink_job_server_jar`` given empty; Beam would fall
-            back to downloading the jar, which an offline machine cannot.
+            back to downloading the jar, which an offline machine cannot. A
+            Kafka topic on the local runner, which runs no Java transforms.
     """
     from apache_beam.options.pipeline_options import FlinkRunnerOptions  # noqa: PLC0415
 
@@ -415,6 +442,23 @@ def check_runner_flags(options: PipelineOptions) -> None:
         raise ConfigError("--flink_job_server_jar is empty: give the path of the Flink job-server "
                           "jar (templates/flink/README.md says how to fetch it), or leave the flag "
                           "out to let Beam download it", field="flink_job_server_jar")
+    opts = options.view_as(AgentPipelineOptions)
+    kafka = [name for name in ("input_kafka_topic", "output_kafka_topic", "errors_kafka_topic")
+             if getattr(opts, name)]
+    if kafka and _runs_locally(options):
+        raise ConfigError(f"--{kafka[0]} needs a runner of Beam's Java Kafka transforms: "
+                          "--runner=FlinkRunner (docs/streaming.md, \"Beam on Kafka\") or "
+                          "DataflowRunner; the local runner runs Python transforms only",
+                          field=kafka[0])
+
+
+def _cancelled(result: Any) -> bool:
+    """Whether the runner reports the job cancelled (asked of it; False if it cannot say)."""
+    from apache_beam.runners.runner import PipelineState  # noqa: PLC0415
+
+    with contextlib.suppress(Exception):
+        return bool(result.state == PipelineState.CANCELLED)
+    return False
 
 
 @contextlib.contextmanager
