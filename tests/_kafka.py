@@ -30,14 +30,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
 from tests._emulators import accepts_connections, free_port, stop_process_group
 
 __all__ = ["KafkaBroker", "KafkaBrokerError", "client_config", "connector_jar", "consume",
-           "create_topics", "kafka_home", "pins", "produce", "running_broker"]
+           "create_topics", "kafka_home", "kafka_topics", "pins", "produce", "running_broker"]
 
 REPO = Path(__file__).resolve().parents[1]
 _PINS = REPO / "tools" / "toolchain" / "kafka.mk"
@@ -264,15 +264,26 @@ def running_broker(**kwargs: str | int) -> Iterator[KafkaBroker]:
         broker.stop()
 
 
-def create_topics(bootstrap: str, names: Sequence[str], *, partitions: int = 1) -> None:
-    """Create `names` with `partitions` each, and wait until they exist."""
+def create_topics(bootstrap: str, names: Sequence[str], *, partitions: int = 1,
+                  config: Mapping[str, str] | None = None) -> None:
+    """Create `names` with `partitions` each (and topic `config`), and wait until they exist."""
     from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415
 
     admin = AdminClient(client_config(bootstrap))
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                            replication_factor=1) for name in names])
+                                            replication_factor=1, config=dict(config or {}))
+                                   for name in names])
     for future in futures.values():
         future.result(timeout=60)
+
+
+def kafka_topics(bootstrap: str, *, partitions: int = 1,
+                 config: Mapping[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """Fresh ``events``, ``intents`` and ``errors`` topics; returns their run's name and them."""
+    name = uuid.uuid4().hex[:8]
+    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
+    create_topics(bootstrap, list(topics.values()), partitions=partitions, config=config)
+    return name, topics
 
 
 def client_config(bootstrap: str, **extra: object) -> dict[str, object]:
@@ -283,8 +294,13 @@ def client_config(bootstrap: str, **extra: object) -> dict[str, object]:
 
 def produce(bootstrap: str, topic: str, values: Sequence[bytes], *,
             keys: Sequence[bytes | None] | None = None, partition: int | None = None,
-            headers: Sequence[dict[str, bytes]] | None = None) -> None:
-    """Publish `values` (with `keys` and `headers`, or all to `partition`); wait for them."""
+            headers: Sequence[dict[str, bytes]] | None = None,
+            timestamps: Sequence[int] | None = None) -> None:
+    """Publish `values` (with `keys`, `headers` and `timestamps`, or all to `partition`).
+
+    A timestamp is the record's CreateTime in ms since the epoch; without
+    one (or with 0) the client stamps the send time. Waits until all are in.
+    """
     from confluent_kafka import Producer  # noqa: PLC0415
 
     producer = Producer(client_config(bootstrap, **{"linger.ms": 5, "enable.idempotence": True}))
@@ -292,6 +308,8 @@ def produce(bootstrap: str, topic: str, values: Sequence[bytes], *,
         where: dict[str, object] = {} if partition is None else {"partition": partition}
         if headers is not None and headers[index]:
             where["headers"] = list(headers[index].items())
+        if timestamps is not None:
+            where["timestamp"] = timestamps[index]
         producer.produce(topic, value=value, key=None if keys is None else keys[index], **where)
         producer.poll(0)
     left = producer.flush(60)
@@ -300,12 +318,15 @@ def produce(bootstrap: str, topic: str, values: Sequence[bytes], *,
 
 
 def consume(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 120.0,
-            settle_s: float = 0.0) -> list[tuple[bytes | None, bytes, dict[str, bytes]]]:
+            settle_s: float = 0.0, between_polls: Callable[[], None] | None = None,
+            ) -> list[tuple[bytes | None, bytes, dict[str, bytes]]]:
     """Read `topic` from the start with ``read_committed`` until `expect` records are in.
 
     Returns ``(key, value, headers)`` per record, in partition order. After
     `expect` records it reads on for `settle_s`, so a duplicate committed
     later would still be seen. Fewer than `expect` by `timeout_s` returns what came.
+    `between_polls` runs after each poll (at least every 0.5 s); it raises to
+    stop the read early, e.g. when the job that writes the topic has died.
     """
     from confluent_kafka import Consumer  # noqa: PLC0415
 
@@ -321,6 +342,8 @@ def consume(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 120.0
             if settle_until is not None and time.monotonic() >= settle_until:
                 break
             message = consumer.poll(0.5)
+            if between_polls is not None:
+                between_polls()
             if message is None or message.error() is not None:
                 continue
             records.append((message.key(), message.value(),

@@ -16,7 +16,8 @@ import pytest
 
 from beam_agents.beam._runner import with_runner_safeguards
 
-__all__ = ["REPO", "flink_home", "job_server_jar", "pin", "prism_binary", "prism_flags"]
+__all__ = ["REPO", "flink_home", "job_server_jar", "kafkaio_job_server", "pin", "prism_binary",
+           "prism_flags"]
 
 REPO = Path(__file__).resolve().parents[1]
 _PINS = REPO / "tools" / "toolchain" / "portable.mk"
@@ -68,6 +69,19 @@ def job_server_jar() -> Path:
     return _present(
         REPO / ".toolchain" / "jars" / f"beam-runners-flink-{minor}-job-server-{version}.jar",
         f"the Flink {minor} job server of Beam {version}", "job-server")
+
+
+def kafkaio_job_server() -> Path:
+    """The job server's launcher with Beam's KafkaIO on its classpath (`make kafkaio`).
+
+    A jar of a manifest alone: the job server's main class and JVM options,
+    and a Class-Path of the job-server jar and then KafkaIO's jars, so the
+    standalone expansion service runs on the same classpath with ``-cp``.
+    """
+    job_server_jar()  # the running Beam is the job server's, and its jar is there
+    version = pin("FLINK_RUNNER_BEAM")
+    return _present(REPO / ".toolchain" / f"beam-kafkaio-{version}" / "flink-job-server.jar",
+                    f"Beam {version}'s KafkaIO for the job server", "kafkaio")
 
 
 def flink_home() -> Path:

@@ -1,4 +1,4 @@
-"""Suite-wide settings and fixtures: a derandomised hypothesis profile for CI, and `run`.
+"""Suite-wide settings and fixtures: a derandomised hypothesis profile for CI, `run`, a broker.
 
 The terminal summary ends with one line naming the Firestore server the run
 used (official Cloud SDK emulator or the npm fallback, and why), when it used one.
@@ -43,3 +43,22 @@ def run() -> Iterator[Run[Any]]:
     """Run coroutines on one event loop for the whole test (stores and clients bind to it)."""
     with asyncio.Runner() as runner:
         yield runner.run
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[str]:
+    """A real Kafka broker (tests/_kafka.py) for the session: yields ``bootstrap.servers``.
+
+    Here for every suite that streams through Kafka: the native Flink job's
+    (tests/flink) and the Beam pipeline's on the FlinkRunner (tests/portable).
+    Each test makes topics of its own (`kafka_topics`), so tests never read
+    each other's records.
+    """
+    from tests._kafka import KafkaBroker  # noqa: PLC0415
+
+    broker = KafkaBroker()
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()

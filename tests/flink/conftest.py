@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,11 +27,12 @@ import pytest
 from beam_agents.memory import LongtermStoreConfig
 from tests._firestore_server import firestore_host
 from tests._flink_cluster import FlinkCluster, standalone_cluster
+from tests._kafka import kafka_topics
 from tests.flink._sink import part_lines
 from tools.jaeger.server import Jaeger, start_jaeger, stop_jaeger
 
-__all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "part_lines",
-           "run_job", "store_rows"]
+__all__ = ["REPO", "firestore_host", "flink_cluster", "flink_run", "job_env", "kafka_topics",
+           "part_lines", "run_job", "store_rows"]
 
 REPO = Path(__file__).resolve().parents[2]
 FLINK_HOME = Path(pyflink.__file__).resolve().parent
@@ -232,32 +232,6 @@ def _cluster_post_mortem(address: str, env: dict[str, str]) -> str:
     """Cancel the cluster's unfinished jobs; returns the cluster logs' digest."""
     _cluster(address, env).cancel_jobs()
     return _flink_log_digest(Path(env["FLINK_LOG_DIR"]))
-
-
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[str]:
-    """A real Kafka broker (tests/_kafka.py) for the session: yields ``bootstrap.servers``.
-
-    Each test makes topics of its own (uuid-named), so tests never read each other's records.
-    """
-    from tests._kafka import KafkaBroker  # noqa: PLC0415
-
-    broker = KafkaBroker()
-    broker.start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
-
-
-def kafka_topics(bootstrap: str, *, partitions: int = 1) -> tuple[str, dict[str, str]]:
-    """Fresh ``events``, ``intents`` and ``errors`` topics; returns their run's name and them."""
-    from tests._kafka import create_topics  # noqa: PLC0415
-
-    name = uuid.uuid4().hex[:8]
-    topics = {part: f"{part}-{name}" for part in ("events", "intents", "errors")}
-    create_topics(bootstrap, list(topics.values()), partitions=partitions)
-    return name, topics
 
 
 def kafka_job(bootstrap: str, name: str, topics: dict[str, str], *flags: str) -> list[str]:
