@@ -25,6 +25,7 @@ import json
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -354,9 +355,10 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0,
     A batch run first removes the files an earlier run wrote at its output
     paths (`clear_outputs`), so a run that fails leaves none that look current.
 
-    A job on a Kafka topic never ends by itself: cancelled through its
-    runner (a job service's Cancel, ``flink cancel``), it returns as a run
-    that was stopped, not one that failed, with ``beam_agents_cancelled`` set.
+    A job on a Kafka topic never ends by itself. Cancelled through its
+    runner (a job service's Cancel, ``flink cancel``), or with Ctrl-C here,
+    which cancels it so, it returns as a run that was stopped, not one that
+    failed, with ``beam_agents_cancelled`` set.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
@@ -379,6 +381,11 @@ def run(argv: list[str] | None = None, *, progress_every: int = 0,
         setattr(result, "beam_agents_runner", report)  # noqa: B010
         try:
             result.wait_until_finish()
+        except KeyboardInterrupt:
+            if not opts.input_kafka_topic:
+                raise
+            _cancel(result)
+            setattr(result, "beam_agents_cancelled", True)  # noqa: B010
         except RuntimeError:
             # Beam reports every end but DONE as a failure; a topic's job ends no other way.
             if not (opts.input_kafka_topic and _cancelled(result)):
@@ -450,6 +457,25 @@ def check_runner_flags(options: PipelineOptions) -> None:
                           "--runner=FlinkRunner (docs/streaming.md, \"Beam on Kafka\") or "
                           "DataflowRunner; the local runner runs Python transforms only",
                           field=kafka[0])
+
+
+def _cancel(result: Any, *, timeout_s: float = 120.0) -> None:
+    """Cancel the job through its runner, and wait until the runner says it has ended.
+
+    Without this, Ctrl-C would leave a job server's job running with no one
+    to watch it. A second Ctrl-C stops the wait and leaves the job as it is.
+    """
+    from apache_beam.runners.runner import PipelineState  # noqa: PLC0415
+
+    print("\n  SIGINT: cancelling the job through its runner (again to stop waiting)",
+          file=sys.stderr, flush=True)
+    result.cancel()
+    deadline = time.monotonic() + timeout_s
+    while not PipelineState.is_terminal(result.state):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the job was asked to cancel and had not ended after "
+                               f"{timeout_s:.0f} s (state {result.state})")
+        time.sleep(0.5)
 
 
 def _cancelled(result: Any) -> bool:
