@@ -142,8 +142,8 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         key, event = element
         end_of_input.set(_FIRST_ROUND)
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
-                         queue_meta, attempt, retry_at)
+        cells = _cells(memory, llm_cache, seq, budget, waits, queue, dequeued, queue_meta,
+                       attempt, retry_at)
         seen = watermark.read()
         refused = shared.engine.enqueue_unbounded(key, cells, event, ordering=self._ordering,
                                       watermark_ms=seen)
@@ -184,8 +184,8 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         _wait_out_early_wake(shared, key, fired.micros // 1000)
         shared.note_wake(key, None)  # it fired, so it is set no more
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
-                         queue_meta, attempt, retry_at)
+        cells = _cells(memory, llm_cache, seq, budget, waits, queue, dequeued, queue_meta,
+                       attempt, retry_at)
         step = self._pump(shared, key, cells, watermark.read())
         return self._emit(shared, key, step, wake, release)
 
@@ -212,8 +212,8 @@ class AgentDoFn(beam.DoFn):
         shared = self._require_shared()
         seen = max(watermark.read() or EARLIEST_MS, fired.micros // 1000)
         watermark.write(seen)
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
-                         queue_meta, attempt, retry_at)
+        cells = _cells(memory, llm_cache, seq, budget, waits, queue, dequeued, queue_meta,
+                       attempt, retry_at)
         return self._emit(shared, key, self._pump(shared, key, cells, seen), wake, release)
 
     @on_timer(_END_OF_INPUT)
@@ -242,8 +242,8 @@ class AgentDoFn(beam.DoFn):
         at the window's end runs what a round left (a retry's backoff).
         """
         shared = self._require_shared()
-        cells = KeyCells(StateCells(memory, llm_cache, seq, budget, waits), queue, dequeued,
-                         queue_meta, attempt, retry_at)
+        cells = _cells(memory, llm_cache, seq, budget, waits, queue, dequeued, queue_meta,
+                       attempt, retry_at)
         engine = shared.engine
         if fired < _DRAIN:
             step = engine.on_end_of_input_round(key, cells, clock_ms=wall_ms)
@@ -290,6 +290,48 @@ class AgentDoFn(beam.DoFn):
         shared.track(key)
         shared.metrics.flush()  # on the bundle thread, which Beam attributes counters to
         return route(step.lines)
+
+
+class _ReadOnce:
+    """A value cell that asks the runner for its value at most once per callback.
+
+    Beam's Python SDK caches user state across callbacks only when the runner
+    hands out cache tokens; Prism hands out none, so every ``read()`` was a
+    state request over the Fn API, and the per-key queue reads its
+    fingerprint on every step of a callback (8.4 requests an event of B12's
+    streaming path). Within one callback no one else touches the key's
+    state, so the first read holds until the callback writes.
+    """
+
+    __slots__ = ("_cell", "_known", "_value")
+
+    def __init__(self, cell: Any) -> None:
+        self._cell = cell
+        self._known = False
+        self._value: Any = None
+
+    def read(self) -> Any:
+        if not self._known:
+            self._value = self._cell.read()
+            self._known = True
+        return self._value
+
+    def write(self, value: Any) -> None:
+        self._cell.write(value)
+        self._value, self._known = value, True
+
+    def clear(self) -> None:
+        self._cell.clear()
+        self._value, self._known = None, True
+
+
+def _cells(memory: Any, llm_cache: Any, seq: Any, budget: Any, waits: Any,  # noqa: PLR0917
+           queue: Any, dequeued: Any, queue_meta: Any, attempt: Any, retry_at: Any) -> KeyCells:
+    """One callback's view of the key's cells, each value cell read at most once (`_ReadOnce`)."""
+    return KeyCells(StateCells(_ReadOnce(memory), _ReadOnce(llm_cache), _ReadOnce(seq),
+                               _ReadOnce(budget), _ReadOnce(waits)),
+                    queue, dequeued, _ReadOnce(queue_meta), _ReadOnce(attempt),
+                    _ReadOnce(retry_at))
 
 
 def _wait_out_early_wake(shared: SharedEngine, key: Hashable, fired_ms: int) -> None:
