@@ -27,6 +27,7 @@ def run(profile: Profile) -> dict[str, Any]:
     result = tracing_overhead(profile)
     full, sampled = result["traced_100"], result["traced_1"]
     cpu = result["cpu_us_per_event"]
+    alone = result["tracing_alone_us_per_event"]
     return {
         "name": "Tracing cost (B2's batch path, CPU per event)",
         "workload": "B2's batch path (300 vs 1,800 events over 50 keys), spans to Jaeger",
@@ -38,5 +39,7 @@ def run(profile: Profile) -> dict[str, Any]:
                  f"{cpu['traced_100']['median']:.0f} us ({full['ratio']:.2f}x, target "
                  f"<= {full['target']}), 1 % sampling {cpu['traced_1']['median']:.0f} us "
                  f"({sampled['ratio']:.2f}x, target <= {sampled['target']}); Jaeger "
-                 f"received {result['spans_received_at_100']:,} spans of the 100 % runs."),
+                 f"received {result['spans_received_at_100']:,} spans of the 100 % runs; "
+                 f"tracing's own calls alone {alone['traced_100']['median']:.0f} us (100 %) "
+                 f"and {alone['traced_1']['median']:.0f} us (1 %) per event."),
     }

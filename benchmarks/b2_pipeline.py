@@ -27,6 +27,7 @@ thread hand-offs per call. Target: at most 1.3x the bare DoFn.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -171,6 +172,8 @@ def tracing_overhead(profile: Profile) -> dict[str, Any]:
                 cpu_large = _cpu(variant, sizes["large"])
                 per_event[name].append(max(cpu_large - cpu_small, 1e-9) / (large - small))
         spans = sum(len(t["spans"]) for t in jaeger.traces("b2-traced_100", limit=100000))
+        alone = {name: _tracing_alone(config.tracing, large)
+                 for name, config in configs.items() if config.tracing is not None}
     finally:
         stop_jaeger(jaeger)
     out: dict[str, Any] = {"cpu_us_per_event": {
@@ -181,7 +184,55 @@ def tracing_overhead(profile: Profile) -> dict[str, Any]:
                      "ratio_max": round(share.max, 3), "target": target,
                      "met": share.median <= target}
     out["spans_received_at_100"] = spans
+    off_us = stat(per_event["off"]).median * 1e6
+    out["tracing_alone_us_per_event"] = {
+        name: {"median": round(us, 1), "share_of_off": round(us / off_us, 4)}
+        for name, us in alone.items()}
     return out
+
+
+def _tracing_alone(config: Any, events: int) -> float:
+    """CPU us per event of what tracing itself does for B2's activation, with no pipeline.
+
+    The spans and histograms of one activation with one paid model call
+    (`ActivationTrace` start, call, end), through the same `OtelTracer` to
+    the same Jaeger, the export thread's CPU included (a flush ends each
+    measurement), less the same calls on the no-op tracer. The pipeline's
+    difference also carries what tracing shifts around it on two cores; this
+    is the part that is tracing's own, without the pipeline's noise.
+    """
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from beam_agents.otel import OtelTracer  # noqa: PLC0415
+    from beam_agents.tracing import NOOP_TRACER, ActivationTrace, Tracer  # noqa: PLC0415
+
+    request = SimpleNamespace(sampling={"temperature": 0.2}, messages=[])
+    response = SimpleNamespace(tokens_in=120, tokens_out=40, model_id="local",
+                               finish_reason="stop", response_id="", text="")
+
+    def activations(tracer: Tracer, offset: int) -> float:
+        started = time.process_time()
+        for index in range(offset, offset + events):
+            trace = ActivationTrace.start(
+                tracer, agent="benchmarks._agents:chat", agent_version=1,
+                provider="beam_agents.local", model_id="local",
+                entity_key=b"user-%d" % (index % 50), seq=index, event_id=f"e{index}",
+                attempt=1, parent="")
+            call = trace.call(request, cache_key=f"{index:064x}")
+            call.end(response, duration_s=0.001)
+            trace.end("committed", intents=1)
+        tracer.flush()
+        return time.process_time() - started
+
+    tracer = OtelTracer(dataclasses.replace(config, service_name="b2-alone",
+                                            run_id="b2-alone"))
+    try:
+        activations(tracer, 10**7)  # warm: imports, the connection, the encoder's cache
+        costs = [activations(tracer, rep * events) - activations(NOOP_TRACER, 0)
+                 for rep in range(3)]
+    finally:
+        tracer.shutdown()
+    return sorted(costs)[1] / events * 1e6
 
 
 def run(profile: Profile) -> dict[str, Any]:
