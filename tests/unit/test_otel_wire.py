@@ -73,6 +73,18 @@ def test_a_span_written_by_hand_reads_back_field_for_field() -> None:
     assert (span.status.code, span.status.message) == (2, "ProviderUnavailable")
 
 
+def test_a_name_whose_values_change_type_keeps_each_values_own_type() -> None:
+    spans = [SpanRecord(TRACE, SPAN, b"", "s", 1, 1, 2, attributes={"flag": value})
+             for value in (True, 1, "1", 1.0, True, ["a"], ["a"])]
+    request = ExportTraceServiceRequest.FromString(
+        encode_request(encode_resource_scope({}, "s"), [encode_span(span) for span in spans]))
+    read = [span.attributes[0].value for span in request.resource_spans[0].scope_spans[0].spans]
+    assert [value.WhichOneof("value") for value in read] == [
+        "bool_value", "int_value", "string_value", "double_value", "bool_value", "array_value",
+        "array_value"]
+    assert [_value(value) for value in read] == [True, 1, "1", 1.0, True, ["a"], ["a"]]
+
+
 def test_a_root_span_has_no_parent_and_an_unset_status() -> None:
     record = SpanRecord(TRACE, SPAN, b"", "invoke_agent chat", 1, 1, 2)
     request = ExportTraceServiceRequest.FromString(

@@ -22,10 +22,12 @@ _U64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
 _FIXED64 = struct.Struct("<Q")
 
-#: Cached ``KeyValue`` encodings of (name, value type, value); cleared when full,
-#: so unique values (event ids, seqs) cost an insert, never unbounded memory.
-_CACHE_LIMIT = 8192
-_kv_cache: dict[tuple[bytes, str, type, Any], bytes] = {}
+#: Cached ``KeyValue`` fields: by field tag, then name (with the type its values
+#: have), then value. Each level is cleared when full, so unique values (event
+#: ids, seqs) cost an insert, never unbounded memory.
+_CACHE_LIMIT = 1024
+_VALUES_PER_NAME = 4096
+_kv_cache: dict[bytes, dict[str, tuple[dict[Any, bytes], type]]] = {}
 
 
 class SpanRecord:
@@ -110,24 +112,29 @@ def _key_value(key: str, value: Any) -> bytes:
 def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
     """Each attribute as the field `tag` of a ``KeyValue``; repeats come from a cache.
 
-    The cache holds the whole field (tag, length, message) of a name, a value
-    and its type (True is not 1), so a repeated attribute is one dict lookup.
+    The cache holds the whole field (tag, length, message) by tag, name and
+    value, so a repeated attribute (the agent, the model, a key's digest) is
+    two dict lookups. Values of one type only share a name's cache (True is
+    not 1): a name whose values change type is encoded every time.
     """
-    cache = _kv_cache
+    by_name = _kv_cache.setdefault(tag, {})
     parts = []
     for key, value in attributes.items():
-        cache_key = (tag, key, list, tuple(value)) if value.__class__ is list \
-            else (tag, key, value.__class__, value)
-        try:
-            encoded = cache.get(cache_key)
-        except TypeError:  # an unhashable value (a list of lists): encoded every time
+        values = by_name.get(key)
+        if values is None:
+            if len(by_name) >= _CACHE_LIMIT:
+                by_name.clear()
+            values = by_name[key] = ({}, value.__class__)
+        cache, kind = values
+        if value.__class__ is not kind or kind is list:  # a list is not hashable
             parts.append(_delimited(tag, _key_value(key, value)))
             continue
+        encoded = cache.get(value)
         if encoded is None:
             encoded = _delimited(tag, _key_value(key, value))
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[cache_key] = encoded
+            if len(cache) >= _VALUES_PER_NAME:
+                cache.clear()  # a name of unique values (an event id) keeps few
+            cache[value] = encoded
         parts.append(encoded)
     return b"".join(parts)
 
