@@ -298,3 +298,90 @@ class StreamingFloorDoFn(beam.DoFn):
     ) -> Iterator[bytes]:
         """Every event was released live; the end of the input has nothing left to run."""
         return iter(())
+
+
+#: `AgentDoFn`'s first end-of-input round: ten million microseconds before the window's end.
+_FIRST_ROUND = Timestamp(micros=GlobalWindow().max_timestamp().micros - 10_000_001)
+#: The bounded floor's own end-of-input timer: a spec takes one callback.
+_BOUNDED_END = TimerSpec("end_of_input", TimeDomain.WATERMARK)
+_BOUNDED_END_TIMER = beam.DoFn.TimerParam(_BOUNDED_END)
+#: Per key, the bounded floor's events not yet "run", and when its running one started.
+_BOUNDED_QUEUED: dict[bytes, int] = {}
+_BOUNDED_STARTED: dict[bytes, float] = {}
+
+
+class BoundedFloorDoFn(beam.DoFn):
+    """The runner's own cost of `AgentDoFn`'s protocol on a bounded input, with no library code.
+
+    `StreamingFloorDoFn` starts an "activation" per release timer; on a
+    bounded input the FlinkRunner fires every release at the final
+    watermark, so every event of a key would start at once. `AgentDoFn` runs
+    a bounded input's end in rounds instead (``end_of_input`` timers one
+    microsecond apart, each key's round *r* before its round *r + 1*), one
+    activation per key per round, the keys side by side; this does the same
+    with a clock reading for an activation: on arrival it counts the event
+    and sets the first round; each round waits for what is left of
+    `latency_ms` of the key's running "activation", emits its line and starts
+    the next, binding `AgentDoFn`'s eleven cells as `AgentDoFn` does. B12
+    subtracts it from the library's path on the same runner.
+    """
+
+    def __init__(self, latency_ms: int) -> None:
+        super().__init__()
+        self._latency_s = latency_ms / 1000
+
+    def process(
+        self,
+        element: tuple[bytes, bytes],
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        end_of_input: Any = _BOUNDED_END_TIMER,
+    ) -> Iterator[bytes]:
+        """Queue the event and set the first end-of-input round."""
+        queue.add(element[1])
+        end_of_input.set(_FIRST_ROUND)
+        with _FLOOR_LOCK:
+            _BOUNDED_QUEUED[element[0]] = _BOUNDED_QUEUED.get(element[0], 0) + 1
+        return iter(())
+
+    @on_timer(_BOUNDED_END)
+    def on_end_of_input(
+        self,
+        key: Any = beam.DoFn.KeyParam,
+        fired: Any = beam.DoFn.TimestampParam,
+        memory: Any = beam.DoFn.StateParam(AgentDoFn.MEMORY),
+        llm_cache: Any = beam.DoFn.StateParam(AgentDoFn.LLM_CACHE),
+        seq: Any = beam.DoFn.StateParam(AgentDoFn.SEQ),
+        budget: Any = beam.DoFn.StateParam(AgentDoFn.BUDGET),
+        waits: Any = beam.DoFn.StateParam(AgentDoFn.WAITS),
+        queue: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE),
+        dequeued: Any = beam.DoFn.StateParam(AgentDoFn.DEQUEUED),
+        queue_meta: Any = beam.DoFn.StateParam(AgentDoFn.QUEUE_META),
+        attempt: Any = beam.DoFn.StateParam(AgentDoFn.ATTEMPT),
+        retry_at: Any = beam.DoFn.StateParam(AgentDoFn.RETRY_AT),
+        end_of_input: Any = _BOUNDED_END_TIMER,
+    ) -> Iterator[bytes]:
+        """Finish the key's running "activation" (its line out), start its next, set the round."""
+        lines = []
+        with _FLOOR_LOCK:
+            began = _BOUNDED_STARTED.pop(key, None)
+        if began is not None:
+            time.sleep(max(0.0, began + self._latency_s - time.monotonic()))
+            dequeued.add(b"done")
+            lines.append(key)
+        with _FLOOR_LOCK:
+            left = _BOUNDED_QUEUED.get(key, 0)
+            if left:
+                _BOUNDED_QUEUED[key] = left - 1
+                _BOUNDED_STARTED[key] = time.monotonic()
+        if left:
+            end_of_input.set(Timestamp(micros=fired.micros + 1))
+        return iter(lines)

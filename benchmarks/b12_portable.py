@@ -28,8 +28,11 @@ process, LOOPBACK) beside the DirectRunner, in the same repetition:
   end-of-input rounds (each key's next event beside the others'), not the
   watermark-paced release the TestStream gives on the other two; the CPU
   counts the child processes (the job server's JVM and embedded Flink
-  included). Its floor is not measured: `StreamingFloorDoFn` releases once
-  per watermark advance, and a bounded input on Flink advances it once.
+  included). Its floor is `benchmarks._beam.BoundedFloorDoFn` over the same
+  file with the same runner flags (`benchmarks._flink_floor`), alternating
+  with the path: `AgentDoFn`'s cells, timers and end-of-input rounds, one
+  activation per key per round, with no library code
+  (`StreamingFloorDoFn` would start every event of a key at once there).
 
 Every path runs at two sizes and its per-event figures are the differences,
 so start-up cancels out of them. B6's streaming targets (at most 1 ms of CPU
@@ -199,19 +202,29 @@ def _streaming(profile: Profile, prism: list[str]) -> dict[str, Any]:
     return result
 
 
-def _flink_once(python: Path, lines: list[bytes]) -> tuple[float, float]:
-    """Wall and CPU seconds (the child processes') of one streaming FlinkRunner run."""
+def _flink_once(python: Path, lines: list[bytes], *, floor: bool = False) -> tuple[float, float]:
+    """Wall and CPU seconds (the child processes') of one streaming FlinkRunner run.
+
+    `floor`: `benchmarks._flink_floor` over the same file with the same runner
+    flags, instead of ``beam-agents run``.
+    """
     minor, version = _pin("FLINK_MINOR"), _pin("FLINK_RUNNER_BEAM")
     jar = ROOT / ".toolchain" / "jars" / f"beam-runners-flink-{minor}-job-server-{version}.jar"
     with tempfile.TemporaryDirectory(prefix="bench-flink-") as scratch:
         work = Path(scratch)
         source = write_events(work, lines)
-        command = [str(python), "-m", "beam_agents", "run", "--runner=FlinkRunner",
-                   f"--flink_version={minor}", f"--flink_job_server_jar={jar}",
-                   "--flink_master=[local]", "--environment_type=LOOPBACK", "--streaming",
-                   "--parallelism=1", "--input_files", str(source),
-                   "--output_path", str(work / "intents.jsonl"),
-                   "--errors_path", str(work / "errors.jsonl"), *b6_latency._FLINK_FLAGS]
+        runner = ["--runner=FlinkRunner", f"--flink_version={minor}",
+                  f"--flink_job_server_jar={jar}", "--flink_master=[local]",
+                  "--environment_type=LOOPBACK", "--streaming", "--parallelism=1"]
+        if floor:
+            command = [str(python), "-m", "benchmarks._flink_floor", "--input_files", str(source),
+                       "--output_path", str(work / "intents.jsonl"),
+                       "--latency_ms", str(b6_latency.LATENCY_MS), *runner]
+            (work / "errors.jsonl").write_bytes(b"")
+        else:
+            command = [str(python), "-m", "beam_agents", "run", *runner,
+                       "--input_files", str(source), "--output_path", str(work / "intents.jsonl"),
+                       "--errors_path", str(work / "errors.jsonl"), *b6_latency._FLINK_FLAGS]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, env=repo_env(), capture_output=True,
@@ -239,12 +252,18 @@ def _flink_streaming(profile: Profile) -> dict[str, Any] | str:
     small, large = (keys, 3 * keys) if profile.quick else (2 * keys, 10 * keys)
     lines = {size: b6_latency._json_lines(count) for size, count in
              (("small", small), ("large", large))}
-    pairs, serial = [], []
-    for _ in range(1 if profile.quick else 3):
+    pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    floor_pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    serial: list[float] = []
+    for rep in range(1 if profile.quick else 3):
         wall, _ = b6_latency._serial(10 if profile.quick else 20)
         serial.append((10 if profile.quick else 20) / wall)
-        pairs.append((_flink_once(python, lines["small"]), _flink_once(python, lines["large"])))
+        for floor in ((False, True) if rep % 2 == 0 else (True, False)):
+            measured = (_flink_once(python, lines["small"], floor=floor),
+                        _flink_once(python, lines["large"], floor=floor))
+            (floor_pairs if floor else pairs).append(measured)
     rates, cpus = _rates((small, large), pairs)
+    floor_rates, floor_cpus = _rates((small, large), floor_pairs)
     ideal = float(min(keys, AgentConfig(agent="benchmarks._agents:slow_reply").max_in_flight))
     return {"events": {"small": small, "large": large}, "keys": keys,
             "latency_ms": b6_latency.LATENCY_MS, "apache_beam": _pin("FLINK_RUNNER_BEAM"),
@@ -254,7 +273,12 @@ def _flink_streaming(profile: Profile) -> dict[str, Any] | str:
             "cpu_ms_per_event": stat(cpus).scaled(1e3).as_json(2),
             "run_s": {"small": stat([p[0][0] for p in pairs]).as_json(1),
                       "large": stat([p[1][0] for p in pairs]).as_json(1)},
-            "floor": "not measured: see the module docstring"}
+            "floor_events_per_s": stat(floor_rates).as_json(1),
+            "floor_ratio_to_ideal": ratios(floor_rates, [ideal * s for s in serial]).as_json(3),
+            "floor_cpu_ms_per_event": stat(floor_cpus).scaled(1e3).as_json(2),
+            "library_cpu_ms_per_event": stat(
+                [p - f for p, f in zip(cpus, floor_cpus, strict=True)]).scaled(1e3).as_json(2),
+            "ratio_to_floor": ratios(rates, floor_rates).as_json(3)}
 
 
 def _batch(profile: Profile, prism: list[str]) -> dict[str, Any]:
@@ -341,7 +365,9 @@ def run(profile: Profile) -> dict[str, Any]:
             f"Streaming path on the FlinkRunner (Beam {flink['apache_beam']}, embedded Flink, "
             f"end-of-input rounds): {flink['cpu_ms_per_event']['median']:.2f} ms of CPU per "
             f"activation (the JVM's included) and {flink['ratio_to_ideal']['median']:.2f} of "
-            "the ideal; its floor is not measured.")
+            f"the ideal; its floor {flink['floor_cpu_ms_per_event']['median']:.2f} ms and "
+            f"{flink['floor_ratio_to_ideal']['median']:.2f}, so the library adds "
+            f"{flink['library_cpu_ms_per_event']['median']:.2f} ms.")
     else:
         note += f"Streaming path on the FlinkRunner: {flink}."
     return {
