@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from beam_agents.beam._dofn import _cells, _ReadOnce
+from beam_agents.beam._dofn import _cells
+from beam_agents.hosting import ReadOnceCell
 
 
 class _RunnerCell:
@@ -27,7 +28,7 @@ class _RunnerCell:
 
 def test_a_cell_is_read_once_and_then_holds_what_the_callback_wrote() -> None:
     inner = _RunnerCell(b"meta-1")
-    cell = _ReadOnce(inner)
+    cell = ReadOnceCell(inner)
     assert (cell.read(), cell.read(), cell.read()) == (b"meta-1",) * 3
     assert inner.reads == 1
     cell.write(b"meta-2")
@@ -39,7 +40,7 @@ def test_a_cell_is_read_once_and_then_holds_what_the_callback_wrote() -> None:
 
 def test_a_cell_written_before_any_read_never_asks_the_runner() -> None:
     inner = _RunnerCell(7)
-    cell = _ReadOnce(inner)
+    cell = ReadOnceCell(inner)
     cell.write(8)
     assert cell.read() == 8 and inner.reads == 0
 

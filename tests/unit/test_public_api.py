@@ -73,7 +73,7 @@ PUBLIC = {
         "ActivationRuntime", "Committed", "Failed", "KeyedState", "Outcome",
         # The per-key engine and the keyed state a host binds for it.
         "CELLS", "QUEUE_CELLS", "BagCell", "InputDecoder", "KeyCells", "KeyRuns", "KeyedEngine",
-        "QueueCell", "StateCell", "StateCells", "Step", "ValueCell",
+        "QueueCell", "ReadOnceCell", "StateCell", "StateCells", "Step", "ValueCell",
         # Event-time order (invariant 10).
         "EARLIEST_MS", "EventOrdering", "queue_order",
         # The JSON lines of events, intents and dead letters.

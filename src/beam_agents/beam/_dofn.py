@@ -45,6 +45,7 @@ from beam_agents.hosting import (
     QUEUE_CELLS,
     EventOrdering,
     KeyCells,
+    ReadOnceCell,
     StateCells,
     Step,
 )
@@ -292,46 +293,18 @@ class AgentDoFn(beam.DoFn):
         return route(step.lines)
 
 
-class _ReadOnce:
-    """A value cell that asks the runner for its value at most once per callback.
-
-    Beam's Python SDK caches user state across callbacks only when the runner
-    hands out cache tokens; Prism hands out none, so every ``read()`` was a
-    state request over the Fn API, and the per-key queue reads its
-    fingerprint on every step of a callback (8.4 requests an event of B12's
-    streaming path). Within one callback no one else touches the key's
-    state, so the first read holds until the callback writes.
-    """
-
-    __slots__ = ("_cell", "_known", "_value")
-
-    def __init__(self, cell: Any) -> None:
-        self._cell = cell
-        self._known = False
-        self._value: Any = None
-
-    def read(self) -> Any:
-        if not self._known:
-            self._value = self._cell.read()
-            self._known = True
-        return self._value
-
-    def write(self, value: Any) -> None:
-        self._cell.write(value)
-        self._value, self._known = value, True
-
-    def clear(self) -> None:
-        self._cell.clear()
-        self._value, self._known = None, True
-
-
 def _cells(memory: Any, llm_cache: Any, seq: Any, budget: Any, waits: Any,  # noqa: PLR0917
            queue: Any, dequeued: Any, queue_meta: Any, attempt: Any, retry_at: Any) -> KeyCells:
-    """One callback's view of the key's cells, each value cell read at most once (`_ReadOnce`)."""
-    return KeyCells(StateCells(_ReadOnce(memory), _ReadOnce(llm_cache), _ReadOnce(seq),
-                               _ReadOnce(budget), _ReadOnce(waits)),
-                    queue, dequeued, _ReadOnce(queue_meta), _ReadOnce(attempt),
-                    _ReadOnce(retry_at))
+    """One callback's view of the key's cells, each value cell read at most once.
+
+    Beam's Python SDK caches user state across reads only with the runner's
+    cache tokens, and Prism gives none: without `ReadOnceCell` the queue's
+    fingerprint alone was 8.4 state requests an event of B12's streaming path.
+    """
+    return KeyCells(StateCells(ReadOnceCell(memory), ReadOnceCell(llm_cache), ReadOnceCell(seq),
+                               ReadOnceCell(budget), ReadOnceCell(waits)),
+                    queue, dequeued, ReadOnceCell(queue_meta), ReadOnceCell(attempt),
+                    ReadOnceCell(retry_at))
 
 
 def _wait_out_early_wake(shared: SharedEngine, key: Hashable, fired_ms: int) -> None:

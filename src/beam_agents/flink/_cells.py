@@ -1,11 +1,9 @@
 """Flink keyed state as the engine's cells: ``ValueState`` and ``ListState`` behind its ports.
 
-Each engine callback asks the same small cells several times (a key's queue
-fingerprint alone, once per question about its queue), and each ask of a
-``ValueState`` crosses into the JVM. A `FlinkValueCell` therefore keeps what it
-read or wrote until the host calls `FlinkValueCell.forget`, which it does when a
-callback starts: the key in scope, and so the state behind the cell, only
-changes between callbacks.
+A ``ValueState`` read crosses into the JVM, so a `FlinkValueCell` is a
+`ReadOnceCell`: the host keeps it across callbacks and calls
+`ReadOnceCell.forget` when one starts, as the key in scope, and so the state
+behind the cell, only changes between callbacks.
 """
 
 from __future__ import annotations
@@ -13,37 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from beam_agents.hosting import ReadOnceCell
+
 __all__ = ["FlinkBagCell", "FlinkValueCell"]
 
-_UNREAD = object()
 
-
-class FlinkValueCell:
+class FlinkValueCell(ReadOnceCell):
     """A Flink ``ValueState`` as the core's `StateCell`, read at most once per callback."""
 
-    __slots__ = ("_state", "_value")
+    __slots__ = ()
 
-    def __init__(self, state: Any) -> None:
-        self._state = state
-        self._value: Any = _UNREAD
+    def _load(self) -> Any:
+        return self._cell.value()
 
-    def forget(self) -> None:
-        """Drop what was read: the next callback may be for another key."""
-        self._value = _UNREAD
-
-    def read(self) -> Any:
-        if self._value is _UNREAD:
-            self._value = self._state.value()
-        return self._value
-
-    def write(self, value: Any) -> None:
-        self._state.update(value)
-        self._value = value
-
-    def clear(self) -> None:
-        """Empty the cell (a snapshot record replaces what a key queued before it came)."""
-        self._state.clear()
-        self._value = None
+    def _store(self, value: Any) -> None:
+        self._cell.update(value)
 
 
 class FlinkBagCell:

@@ -15,7 +15,8 @@ state, finds here what it runs them with:
 * The per-key engine over the runner's keyed state: `KeyedEngine` and the
   `Step` it returns, `KeyCells` and `StateCells` to bind it, the cell
   protocols `StateCell` and `QueueCell` with their in-memory forms
-  `ValueCell` and `BagCell`, the cell names `CELLS` and `QUEUE_CELLS`, and
+  `ValueCell` and `BagCell`, `ReadOnceCell` over a runner's state, the cell
+  names `CELLS` and `QUEUE_CELLS`, and
   `KeyRuns`, which runs whole keys through it until each queue is empty
   (a batch run).
 * Its input: `InputDecoder` and `decode_input`, the bounded line reader
@@ -71,6 +72,7 @@ from beam_agents.runtime._keyed import (
     BagCell,
     InputDecoder,
     QueueCell,
+    ReadOnceCell,
     StateCell,
     StateCells,
     ValueCell,
@@ -125,6 +127,7 @@ __all__ = [
     "Oversize",
     "PartInfo",
     "QueueCell",
+    "ReadOnceCell",
     "SnapshotPlan",
     "SnapshotStore",
     "SnapshotStoreConfig",

@@ -21,8 +21,8 @@ from beam_agents.runtime._codec import with_traceparent
 from beam_agents.runtime._errors import decode_input
 from beam_agents.runtime._lines import Oversize
 
-__all__ = ["CELLS", "BagCell", "Channel", "InputDecoder", "QueueCell", "StateCell", "StateCells",
-           "ValueCell"]
+__all__ = ["CELLS", "BagCell", "Channel", "InputDecoder", "QueueCell", "ReadOnceCell", "StateCell",
+           "StateCells", "ValueCell"]
 
 #: The keyed-state cells of an entity, by name: MemoryBlob bytes, LlmCacheBlob
 #: bytes, the last committed seq (DESIGN's activation protocol), and
@@ -77,6 +77,61 @@ class ValueCell:
     def write(self, value: Any) -> None:
         """Replace the value."""
         self.value = value
+
+
+_UNREAD = object()
+
+
+class ReadOnceCell:
+    """A runner's keyed-state value as a `StateCell` that asks the runner at most once.
+
+    Each engine callback asks the same small cells several times (a key's
+    queue fingerprint alone, once per question about its queue), and on a
+    runner each ask may cross a process boundary: a Flink ``ValueState``
+    read goes to the JVM, and a Beam state read is a Fn API request when the
+    runner hands out no cache tokens (Prism). Within one callback nobody else
+    touches the key's state, so the first read holds until the callback
+    writes; a host that keeps the cell across callbacks calls `forget` when
+    the next one starts, as the key in scope may change.
+
+    `_load`, `_store` and `_erase` reach the runner's state; these read a
+    cell with the `StateCell` methods (Beam's), a subclass maps another API.
+    """
+
+    __slots__ = ("_cell", "_value")
+
+    def __init__(self, cell: Any) -> None:
+        self._cell = cell
+        self._value: Any = _UNREAD
+
+    def forget(self) -> None:
+        """Drop what was read: the next callback may be for another key."""
+        self._value = _UNREAD
+
+    def read(self) -> Any:
+        """The value, read from the runner on the first ask only."""
+        if self._value is _UNREAD:
+            self._value = self._load()
+        return self._value
+
+    def write(self, value: Any) -> None:
+        """Write through, and hold the value for the next read."""
+        self._store(value)
+        self._value = value
+
+    def clear(self) -> None:
+        """Clear through; the next read is None without asking."""
+        self._erase()
+        self._value = None
+
+    def _load(self) -> Any:
+        return self._cell.read()
+
+    def _store(self, value: Any) -> None:
+        self._cell.write(value)
+
+    def _erase(self) -> None:
+        self._cell.clear()
 
 
 class BagCell:
