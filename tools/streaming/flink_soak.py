@@ -56,6 +56,7 @@ from tools.streaming.soak import (
     _plot,
     _print_verdict,
     _rss_figures,
+    fault_times,
     firestore_fault,
 )
 
@@ -209,8 +210,7 @@ def _soak(soak: FlinkSoak, counters: Path) -> dict[str, Any]:
     outcomes = KafkaOutcomes(soak.topics, published)
     outcomes.start()
     total = int(duration * rate)
-    kill_at = 0.6 * duration
-    fs_down_at, fs_down_for = 0.35 * duration, min(15.0, max(4.0, 0.03 * duration))
+    kill_at, fs_down_at, fs_down_for = fault_times(duration)
     # The first two events go alone: the second moves event time past the first,
     # whose outcome shows the job runs; start-up is in no latency but theirs,
     # which are left out, and the schedule starts from there.
