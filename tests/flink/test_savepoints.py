@@ -174,8 +174,12 @@ def _question(key: str, n: int) -> str:
 
 # --- the cluster ------------------------------------------------------------------------------
 
-#: Why Flink refuses a checkpoint while a task of the job is not running yet.
-_NOT_ALL_RUNNING = "Not all required tasks are currently running"
+#: Why Flink refuses a stop-with-savepoint for a moment, and a second ask succeeds: a
+#: task of the job is not running yet (still deployed on a loaded machine), or a
+#: bounded source's task is between reading its last split and finishing (a
+#: finished task takes part in checkpoints again).
+_TRANSIENT_REFUSALS = ("Not all required tasks are currently running",
+                       "Checkpoint was declined (task is closing)")
 
 
 def _rest(address: str, path: str, body: object | None = None) -> dict:
@@ -242,7 +246,8 @@ class _Cluster:
 
         Returns the savepoint's path once the job has finished. A stop asked
         for while one of the job's tasks is still being deployed (a loaded
-        machine) is refused and leaves the job running; it is asked again.
+        machine), or while a bounded source's task is closing, is refused and
+        leaves the job running; it is asked again.
         """
         deadline = time.monotonic() + _STOP_TIMEOUT_S
         trigger = self._trigger_stop(job_id, directory)
@@ -252,7 +257,9 @@ class _Cluster:
                 operation = status.get("operation", {})
                 if "location" in operation:
                     break
-                if _NOT_ALL_RUNNING not in str(operation) or time.monotonic() > deadline:
+                refused = str(operation)
+                if not any(why in refused for why in _TRANSIENT_REFUSALS) \
+                        or time.monotonic() > deadline:
                     raise self.fail(job_id, f"the savepoint failed: {operation}")
                 time.sleep(0.5)
                 trigger = self._trigger_stop(job_id, directory)
