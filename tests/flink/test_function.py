@@ -23,7 +23,7 @@ from pyflink.datastream import TimeDomain
 from beam_agents.errors import ProviderUnavailable
 from beam_agents.flink import ERRORS, AgentKeyedProcessFunction
 from beam_agents.flink import _function as function_module
-from beam_agents.flink._function import END_OF_INPUT_MS, FIRST_ROUND_MS, MAX_AHEAD, EventOrder
+from beam_agents.flink._function import END_OF_INPUT_MS, FIRST_ROUND_MS, EventOrder
 from beam_agents.hosting import start_runtime
 from beam_agents.model import ModelRequest
 from beam_agents.runtime import AgentConfig, AgentEvent, RetryPolicy
@@ -147,6 +147,7 @@ class _Context:
 
     def register_processing_time_timer(self, timestamp: int) -> None:
         self._operator.processing_timers.add((timestamp, self._key))
+        self._operator.processing_registrations += 1
 
     def register_event_time_timer(self, timestamp: int) -> None:
         self._operator.event_timers.add((timestamp, self._key))
@@ -156,12 +157,15 @@ class _Operator:
     """Runs the function like PyFlink's keyed operator: elements, then the timers it set."""
 
     def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
-                 group: _Group | None = None) -> None:
+                 group: _Group | None = None, hold_input_at: int | None = None) -> None:
         self.backend = _Backend()
-        self.function = AgentKeyedProcessFunction(config, event_order=event_order)
+        self.function = AgentKeyedProcessFunction(
+            config, event_order=event_order,
+            **({} if hold_input_at is None else {"hold_input_at": hold_input_at}))
         self.function.open(_RuntimeContext(self.backend, group))  # type: ignore[arg-type]
         self.engine = self.function._engine  # kept past close(), to read the queues
         self.processing_timers: set[tuple[int, str]] = set()
+        self.processing_registrations = 0
         self.event_timers: set[tuple[int, str]] = set()
         self.event_rounds: list[list[str]] = []  # keys fired at the end, by timestamp
         self.intents: list[dict[str, Any]] = []
@@ -355,7 +359,7 @@ def test_the_drain_after_the_rounds_runs_what_is_left() -> None:
     """The drain timer alone (a key restored from before the rounds) runs its queue to the end."""
     operator = _Operator(AgentConfig(agent="tests.agents:counter"))
     try:
-        for n in range(MAX_AHEAD):
+        for n in range(2):
             operator.element("a", _event("a", n))
         operator.event_timers = {(END_OF_INPUT_MS, "a")}
         operator.end_of_input()
@@ -366,16 +370,32 @@ def test_the_drain_after_the_rounds_runs_what_is_left() -> None:
 
 
 def test_a_key_that_runs_ahead_holds_the_input() -> None:
-    """In arrival order, after each element a key holds at most MAX_AHEAD events, running too."""
-    operator = _Operator(AgentConfig(agent="tests.agents:timed"), event_order="arrival")
+    """In arrival order, after each element a key holds at most hold_input_at events."""
+    operator = _Operator(AgentConfig(agent="tests.agents:timed"), event_order="arrival",
+                         hold_input_at=3)
     try:
         for n in range(8):
             operator.element("hot", _event("hot", n))
-            assert operator.queued("hot") <= MAX_AHEAD
+            assert operator.queued("hot") <= 3
         operator.end_of_input()
     finally:
         operator.close()
     assert [p["seq"] for p in _payloads(operator.intents, "hot")] == list(range(1, 9))
+
+
+def test_a_key_with_a_wake_pending_registers_only_an_earlier_one() -> None:
+    """Arrivals behind a running activation add no timer: the pending wake calls the key back."""
+    config = AgentConfig(agent="tests.agents:timed")
+    operator = _Operator(config, event_order="arrival")
+    try:
+        for n in range(6):
+            operator.element("k", _event("k", n))
+        after_arrivals = operator.processing_registrations
+        operator.fire_processing_timers(until_idle=True)
+    finally:
+        operator.close()
+    assert after_arrivals == 1  # the first arrival's wake; five more arrivals set none
+    assert [p["seq"] for p in _payloads(operator.intents, "k")] == list(range(1, 7))
 
 
 def test_a_suspended_key_does_not_hold_the_input(monkeypatch: pytest.MonkeyPatch) -> None:

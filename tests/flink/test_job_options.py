@@ -13,6 +13,8 @@ from beam_agents.errors import ConfigError
 from beam_agents.flink import (
     FlinkJobOptions,
     FlinkMetrics,
+    build_job,
+    environment,
     expand_input_files,
     flink_settings,
     job_parser,
@@ -68,11 +70,24 @@ def test_python_workers_are_not_shared_through_managed_memory_by_default() -> No
 @pytest.mark.parametrize(("flag", "value"), [
     ("--parallelism", "0"), ("--restart_attempts", "-1"), ("--bundle_size", "0"),
     ("--checkpointing_interval_ms", "-5"), ("--max_parallelism", "0"), ("--bundle_time_ms", "0"),
-    ("--max_parallelism", "32769")])
+    ("--max_parallelism", "32769"), ("--hold_input_at", "0")])
 def test_out_of_range_values_name_the_flag(flag: str, value: str) -> None:
     with pytest.raises(ConfigError, match=flag) as raised:
         parse_args([*IO, "--agent", "tests.agents:counter", flag, value])
     assert raised.value.field == flag.removeprefix("--")
+
+
+def test_a_key_holds_the_input_at_32_queued_events_unless_told() -> None:
+    """The hold bound is a flag, 32 by default; above the queue cap it would never hold."""
+    options, _ = parse_args([*IO, "--agent", "tests.agents:counter"])
+    assert options.hold_input_at == 32
+    options, config = parse_args([*IO, "--agent", "tests.agents:counter", "--event_order",
+                                  "arrival", "--hold_input_at", "50", "--max_queued_per_key",
+                                  "40"])
+    with pytest.raises(ConfigError, match="--hold_input_at must be <= --max_queued_per_key "
+                                          r"\(40\)") as raised:
+        build_job(environment(options), options, config)
+    assert raised.value.field == "hold_input_at"
 
 
 def test_max_parallelism_is_fixed_by_default_so_a_savepoint_can_be_rescaled() -> None:

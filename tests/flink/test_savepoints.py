@@ -11,7 +11,8 @@ submit, the stop-with-savepoint that ``flink stop --savepointPath`` sends
 The model is an OpenAI-compatible server in the test process with 200 ms of
 latency: what it counts outlives every worker, stop and restore, so it counts
 exactly what was paid. Events run as they arrive (``--event_order arrival``),
-and each key's backpressure (`KeyedEngine.wait_for_room`) paces the file source, so
+and each key's backpressure (`KeyedEngine.wait_for_room`, holding the input
+once a key has ``HOLD_INPUT_AT`` = 2 events queued) paces the file source, so
 the source is still reading when a stop comes: each event carries 32 KiB of
 attributes, so the network buffers between the source and the agent hold a
 few events, not the file. (Without them the source reads the whole file at
@@ -130,6 +131,8 @@ class _Provider:
 # --- the input --------------------------------------------------------------------------------
 
 ENTITIES = [f"customer-{n}" for n in range(8)]
+#: Events a key holds queued before it holds the file source (``--hold_input_at``).
+HOLD_INPUT_AT = 2
 
 
 @dataclass(frozen=True)
@@ -301,7 +304,8 @@ def _job_args(events: _Input, out: Path, provider: _Provider, *, agent: str,
             "--model_base_url", provider.url,
             "--call_journal", "sqlite", "--call_journal_path", str(out / "calls.sqlite"),
             "--event_order", "arrival", "--max_in_flight", str(MAX_IN_FLIGHT),
-            "--bundle_size", "1", "--checkpointing_interval_ms", "1000",
+            "--hold_input_at", str(HOLD_INPUT_AT), "--bundle_size", "1",
+            "--checkpointing_interval_ms", "1000",
             "--restart_attempts", "0", "--parallelism", str(parallelism),
             "--python_executable", sys.executable]
 
@@ -468,8 +472,8 @@ def test_savepoints_rescale_from_1_to_2_and_back_losing_and_repaying_nothing(
     assert part_lines(out / "intents") == part_lines(reference / "intents")
     _assert_seqs_run_one_to_n(_intents(out), events)
     # Mid-input: each stop left events for the next run, more than keyed state
-    # can hold queued (MAX_AHEAD per key), so the restored source read on.
-    queued_at_most = 2 * len(ENTITIES)
+    # can hold queued (HOLD_INPUT_AT per key), so the restored source read on.
+    queued_at_most = HOLD_INPUT_AT * len(ENTITIES)
     assert stop_1.committed + queued_at_most < stop_2.committed
     assert stop_2.committed + queued_at_most < events.total
 

@@ -114,6 +114,11 @@ def job_parser() -> argparse.ArgumentParser:
          f"longest a key waits between two activations (default: "
          f"{AUTO_BUNDLE_TIME_MS['event_time']} in event_time order; "
          f"{AUTO_BUNDLE_TIME_MS['arrival']} in arrival order and on a topic).", type=int)
+    _add(flink, "hold_input_at", "In arrival order, the events a key may hold queued, its "
+         "running one included, before its next arrival holds the input (default {default}). "
+         "Holding blocks the task: no other key's activation ends or starts until the key "
+         "has room, so lower bounds keyed state at the cost of throughput under bursts; at "
+         "most --max_queued_per_key.", type=int)
     _add(flink, "python_managed_memory", "Share one Python worker per slot from managed "
          "memory (default {default}: PyFlink 2.3 can fail the task manager when a failover "
          "cancels the tasks sharing it).", action=switch)

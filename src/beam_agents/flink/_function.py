@@ -46,7 +46,7 @@ from beam_agents.hosting import (
 )
 from beam_agents.runtime import AgentConfig
 
-__all__ = ["END_OF_INPUT_MS", "ERRORS", "FIRST_ROUND_MS", "MAX_AHEAD", "METRICS_EVERY_MS",
+__all__ = ["END_OF_INPUT_MS", "ERRORS", "FIRST_ROUND_MS", "HOLD_INPUT_AT", "METRICS_EVERY_MS",
            "AgentKeyedProcessFunction", "EventOrder", "ExecutionMode"]
 
 #: The errors (dead-letter) side output: error records as canonical JSON lines.
@@ -62,8 +62,14 @@ END_OF_INPUT_MS = 2**63 - 2
 FIRST_ROUND_MS = END_OF_INPUT_MS - 10_000_001
 
 #: In arrival order, events a key may hold queued, its running one included,
-#: before its next arrival holds the input.
-MAX_AHEAD = 2
+#: before its next arrival holds the input (``--hold_input_at``). Holding it
+#: blocks the callback, and with it the task: no other key's timer fires, so
+#: no other key's finished activation is applied or its next one started until
+#: the held key has room. At 2, a burst of 24 events on each of 64 keys ran at
+#: 0.45 of the ideal on B15 (0.51 in thread mode); at 32 such bursts never
+#: hold, and ran at 0.72 (0.96), for up to 32 events a key in keyed state
+#: (docs/benchmarks.md, B15).
+HOLD_INPUT_AT = 32
 
 #: The longest counters wait in the buffer before they are reported; the
 #: drain at the end of the input and `close` report at once. Reporting after
@@ -99,6 +105,10 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     end-of-input drain still runs what is queued if the watermark ever ends
     (``flink stop --drain``).
 
+    In arrival order, an arrival that leaves its key with more than
+    `hold_input_at` events queued, its running one included, holds the input
+    until the key has room (`KeyedEngine.wait_for_room`).
+
     With `snapshot` (a bounded input in event-time order), a key's snapshot
     record arrives among its events, marked (`beam_agents.flink._snapshot`):
     the key starts from it, and its cells go into the next generation once
@@ -108,9 +118,11 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
     def __init__(self, config: AgentConfig, *, event_order: EventOrder = "event_time",
                  execution_mode: ExecutionMode = "process",
                  ordering: EventOrdering | None = None,
-                 snapshot: FlinkSnapshot | None = None) -> None:
+                 snapshot: FlinkSnapshot | None = None,
+                 hold_input_at: int = HOLD_INPUT_AT) -> None:
         self._config = config
         self._event_order = event_order
+        self._hold_input_at = hold_input_at
         self._mode = execution_mode
         self._ordering = ordering if ordering is not None and ordering.by_event_time else None
         self._snapshot = snapshot
@@ -139,6 +151,9 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             return FlinkBagCell(runtime_context.get_list_state(ListStateDescriptor(name, raw)))
 
         self._values: list[FlinkValueCell] = []
+        # Each key's earliest processing-time timer not yet fired (see `_emit`):
+        # the worker's own, as a restore or a new worker starts with none.
+        self._wakes: dict[Any, int] = {}
         memory, llm_cache, seq, budget, waits = CELLS
         queue, dequeued, queue_meta, attempt, retry_at_ms = QUEUE_CELLS
         self._cells = KeyCells(
@@ -179,7 +194,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         # With the DECODE dead letters, the events read (`beam_agents.flink._summary`).
         self._metrics.inc(RECEIVED[0], RECEIVED[1])
         if self._refused is not None and self._refused.read() is not None:
-            yield from self._emit(Step(tuple(refuse_events(
+            yield from self._emit(key, Step(tuple(refuse_events(
                 bytes.fromhex(key), [event], self._refused_error(key), self._metrics)), None),
                 timers)
             return
@@ -199,9 +214,9 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         else:
             now = timers.current_processing_time()
             step = engine.wait_for_room(key, self._cells, engine.on_wake(key, self._cells, now),
-                               clock_ms=wall_ms, max_ahead=MAX_AHEAD)
+                               clock_ms=wall_ms, max_ahead=self._hold_input_at)
             step = Step((*lines, *step.lines), step.wake_at_ms)
-        yield from self._emit(step, timers)
+        yield from self._emit(key, step, timers)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterator[Any]:
         """Pump the key (processing time, which retries wait on), or run an end-of-input round."""
@@ -209,6 +224,8 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         timers = ctx.timer_service()
         self._forget()
         event_time = ctx.time_domain() == TimeDomain.EVENT_TIME
+        if not event_time and self._wakes.get(key, timestamp + 1) <= timestamp:
+            del self._wakes[key]
         drain = event_time and timestamp >= END_OF_INPUT_MS
         if self._ordering is not None and not drain:
             # A wake or a release: either way, run what the watermark lets through.
@@ -228,7 +245,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
             step = Step(round_.lines, None)
         if drain and self._writer is not None:
             self._keep(key)
-        yield from self._emit(step, timers, report=drain)
+        yield from self._emit(key, step, timers, report=drain)
 
     @property
     def _waits_through_ms(self) -> int | None:
@@ -274,7 +291,7 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
                 timers.register_event_time_timer(FIRST_ROUND_MS + position)
         # Every key with a record drains, with or without events: its cells go on.
         timers.register_event_time_timer(END_OF_INPUT_MS)
-        yield from self._emit(Step(tuple(lines), None), timers)
+        yield from self._emit(key, Step(tuple(lines), None), timers)
 
     def _refused_error(self, key: Any) -> StateError:
         """Why the key's record was refused, for the dead letter of each later event."""
@@ -306,7 +323,8 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         step = self._engine.on_wake(key, self._cells, timers.current_processing_time(),
                                  ready_through_ms=self._ordering.ready_through(watermark))
         lines = () if refused is None else (refused,)
-        yield from self._emit(Step((*lines, *step.lines), step.wake_at_ms, step.held_until_ms),
+        yield from self._emit(key, Step((*lines, *step.lines), step.wake_at_ms,
+                                   step.held_until_ms),
                               timers)
 
     def _seen(self, timers: Any, fired_ms: int | None) -> int:
@@ -355,14 +373,22 @@ class AgentKeyedProcessFunction(KeyedProcessFunction):
         assert self._engine is not None, "open() was not called"
         return self._engine
 
-    def _emit(self, step: Step, timers: Any, *, report: bool = False) -> Iterator[Any]:
+    def _emit(self, key: Any, step: Step, timers: Any, *, report: bool = False) -> Iterator[Any]:
         """Ask to be called back at `Step.wake_at_ms`, report the counters if due, route the lines.
 
+        A key asks for a wake at every callback, its arrivals included, but one
+        pending wake calls it back as well as any later one: only an earlier
+        wake than the pending one is registered. With a timer for every
+        arrival, bursts of 24 events a key made about 1.6 timer callbacks an
+        event where one does (docs/benchmarks.md, B15).
         Counters are flushed here, on the callback's thread, which PyFlink
         attributes them to (see `FlinkMetrics`), at most `METRICS_EVERY_MS` apart.
         """
         if step.wake_at_ms is not None:
-            timers.register_processing_time_timer(step.wake_at_ms)
+            pending = self._wakes.get(key)
+            if pending is None or step.wake_at_ms < pending:
+                timers.register_processing_time_timer(step.wake_at_ms)
+                self._wakes[key] = step.wake_at_ms
         if step.held_until_ms is not None and self._ordering is not None:
             timers.register_event_time_timer(
                 min(self._ordering.release_at(step.held_until_ms), FIRST_ROUND_MS - 1))

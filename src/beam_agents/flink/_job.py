@@ -46,6 +46,7 @@ from beam_agents._checks import require_int
 from beam_agents.errors import ConfigError
 from beam_agents.flink._function import (
     ERRORS,
+    HOLD_INPUT_AT,
     AgentKeyedProcessFunction,
     EventOrder,
     ExecutionMode,
@@ -138,6 +139,11 @@ class FlinkJobOptions:
             which Flink treats as fatal and which takes the whole task manager
             down. Off, each Python operator owns its worker, sized from task
             off-heap memory.
+        hold_input_at: In arrival order, the events a key may hold queued, its
+            running one included, before its next arrival holds the input
+            (`HOLD_INPUT_AT`); at most the agent's ``max_queued_per_key``.
+            Holding blocks the task, so no other key's activation ends or
+            starts meanwhile; higher holds more events in keyed state instead.
         event_order: ``"event_time"`` (default): each key's events run in
             ``(event_time_ms, event_id)`` order over the whole input, so any
             line order gives the same intents; ``"arrival"``: as they arrive,
@@ -187,6 +193,7 @@ class FlinkJobOptions:
     bundle_size: int | None = None
     bundle_time_ms: int | None = None
     python_managed_memory: bool = False
+    hold_input_at: int = HOLD_INPUT_AT
     event_order: EventOrder = "event_time"
     parallelism: int | None = None
     max_parallelism: int = 128
@@ -210,7 +217,7 @@ class FlinkJobOptions:
                 raise ConfigError(f"set one of --{name} and --{flag} so nothing is dropped",
                                   field=name)
         for name, low in (("checkpointing_interval_ms", 0), ("restart_attempts", 0),
-                          ("restart_delay_ms", 0)):
+                          ("restart_delay_ms", 0), ("hold_input_at", 1)):
             require_int(getattr(self, name), name=f"--{name}", low=low, field=name, noun="")
         for name in ("bundle_size", "bundle_time_ms"):
             if getattr(self, name) is not None:
@@ -392,6 +399,7 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
                  watermarks: WatermarkStrategy | None = None,
                  ordering: EventOrdering | None = None,
                  state: tuple[DataStream, FlinkSnapshot] | None = None,
+                 hold_input_at: int = HOLD_INPUT_AT,
                  ) -> tuple[DataStream, DataStream]:
     """JSON event lines -> (intents, error records), both as JSON-line strings.
 
@@ -405,6 +413,7 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     events as it says); see `beam_agents.flink._kafka`. `state` is a state
     snapshot's records (`beam_agents.flink._snapshot.snapshot_records`, or
     None when it holds none yet) and where the next generation goes.
+    `hold_input_at` is `FlinkJobOptions.hold_input_at`.
     Its operators carry the uids of `UIDS`, so one job holds one agent stream.
     """
     decoded = lines.process(DecodeEvents(max_event_bytes=config.max_event_bytes,
@@ -423,7 +432,8 @@ def agent_stream(lines: DataStream, config: AgentConfig, *, charset: str = "utf-
     keyed._j_data_stream.getTransformation().getInputs().get(0).setUid(UIDS["key_by"])
     activate = AgentKeyedProcessFunction(config, event_order=event_order,
                                          execution_mode=execution_mode, ordering=ordering,
-                                         snapshot=None if state is None else state[1])
+                                         snapshot=None if state is None else state[1],
+                                         hold_input_at=hold_input_at)
     activated = (keyed_process(keyed, activate, Types.STRING(), "Activate")
                  .name("Activate").uid(UIDS["activate"]))
     # A side output is read through an operator of its own too (PyFlink maps it
@@ -444,6 +454,11 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     if (options.state_snapshot is None) != (snapshot is None):
         raise ConfigError("--state_snapshot and build_job's snapshot plan go together: plan it "
                           "with plan_job_snapshot", field="state_snapshot")
+    if options.hold_input_at > config.max_queued_per_key:
+        raise ConfigError(f"--hold_input_at must be <= --max_queued_per_key "
+                          f"({config.max_queued_per_key}): past it a key's arrivals are "
+                          f"BACKLOG dead letters, not held, got {options.hold_input_at}",
+                          field="hold_input_at")
     kafka = options.kafka
     ordering: EventOrdering | None = None
     watermarks: WatermarkStrategy | None = None
@@ -467,7 +482,8 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     intents, errors = agent_stream(lines, config, charset=FILE_CHARSET,
                                    event_order=options.event_order,
                                    execution_mode=options.python_execution_mode,
-                                   watermarks=watermarks, ordering=ordering, state=state)
+                                   watermarks=watermarks, ordering=ordering, state=state,
+                                   hold_input_at=options.hold_input_at)
     if options.output_path:
         intents.sink_to(_file_sink(options.output_path, "intents")).name("WriteIntents").uid(
             UIDS["intents_sink"])
