@@ -142,11 +142,13 @@ def _figure(name: str, result: dict[str, Any]) -> str:
         return (f"off {cpu['off']['median']:.0f} us/ev, 100 % {cpu['traced_100']['median']:.0f}"
                 f", 1 % {cpu['traced_1']['median']:.0f} ({result['traced_1']['ratio']}x)")
     if name == "B15":
-        half = result["latency_at_half_capacity"]
-        return (f"{result['events_per_s']['median']:.0f} ev/s "
-                f"({result['ratio_to_ideal']['median']:.2f} of ideal), "
-                f"{result['cpu_ms_per_event']['median']:.2f} ms CPU/ev; at half: p50 "
-                f"{half['p50_ms']} ms, p99 {half['p99_ms']} ms")
+        return "; ".join(
+            f"{mode} {part['ratio_to_ideal']['median']:.2f} of ideal, "
+            f"{part['cpu_ms_per_event']['median']:.2f} ms CPU/ev (floor "
+            f"{part['floor']['ratio_to_ideal']['median']:.2f}, "
+            f"{part['floor']['cpu_ms_per_event']['median']:.2f} ms), p99 at half "
+            f"{part['latency_at_half_capacity']['p99_ms']} ms"
+            for mode, part in (("process", result), ("thread", result["thread"])))
     if name == "B11":
         return (f"{result['wall_s'] - result['start_up_s']:.0f} s vs ideal "
                 f"{result['ideal_s']:.0f} s (hottest key {result['hottest_key_events']:,} "

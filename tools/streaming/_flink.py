@@ -86,11 +86,17 @@ class Topics:
 
 
 class KafkaOutcomes(Outcomes):
-    """`Outcomes` read from the intents and errors topics with ``read_committed`` consumers."""
+    """`Outcomes` read from the intents and errors topics with ``read_committed`` consumers.
 
-    def __init__(self, topics: Topics, published: Published) -> None:
+    With ``committed=False`` they read uncommitted too, so an outcome counts
+    when the job writes it rather than when the checkpoint holding it commits:
+    the job's pace, without the checkpoint interval's steps in it.
+    """
+
+    def __init__(self, topics: Topics, published: Published, *, committed: bool = True) -> None:
         super().__init__(None, published)  # type: ignore[arg-type]
         self.topics = topics
+        self.isolation = "read_committed" if committed else "read_uncommitted"
 
     def _pull(self, part: str) -> None:
         from confluent_kafka import Consumer  # noqa: PLC0415
@@ -99,7 +105,7 @@ class KafkaOutcomes(Outcomes):
 
         consumer = Consumer(client_config(self.topics.bootstrap, **{
             "group.id": f"driver-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed", "enable.auto.commit": False}))
+            "isolation.level": self.isolation, "enable.auto.commit": False}))
         consumer.subscribe([self.topics.topic(part)])
         try:
             while not self._stop.is_set():
@@ -116,9 +122,12 @@ class FlinkJob:
 
     Its counters reach a driver through the tallies its subtasks write
     (``--flink_conf pipeline.global-job-parameters=...``, see flink_demo.py).
+    `entry` runs another entry point with the same flags in place of
+    ``agent_job.py`` (B15's floor: ``["-m", "benchmarks._flink_kafka_floor", ...]``).
     """
 
-    def __init__(self, flags: list[str], out: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, flags: list[str], out: Path, *, env: dict[str, str] | None = None,
+                 entry: list[str] | None = None) -> None:
         self.out = out
         self.log_dir = out / "flink-log"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -126,7 +135,8 @@ class FlinkJob:
         run_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO),
                    "FLINK_LOG_DIR": str(self.log_dir)}
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "templates" / "flink" / "agent_job.py"), *flags,
+            [sys.executable, *(entry or [str(REPO / "templates" / "flink" / "agent_job.py")]),
+             *flags,
              "--python_executable", sys.executable],
             cwd=REPO, env=run_env, stdin=subprocess.DEVNULL, stdout=self._stdout,
             stderr=subprocess.STDOUT, start_new_session=True)
