@@ -242,7 +242,7 @@ class ActivationTrace:
             attributes = self.base_attributes("chat")
             attributes.update({
                 "gen_ai.response.model": response.model_id,
-                "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
+                "gen_ai.response.finish_reasons": (response.finish_reason or "unknown",),
                 "beam_agents.call.replayed": True, "beam_agents.call.source": source,
                 "beam_agents.call.cache_key": cache_key,
                 "beam_agents.usage.replayed_input_tokens": response.tokens_in,
@@ -346,7 +346,7 @@ class CallTrace:
             if self.span.recording:
                 attributes: dict[str, AttributeValue] = {
                     "gen_ai.response.model": response.model_id,
-                    "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
+                    "gen_ai.response.finish_reasons": (response.finish_reason or "unknown",),
                     "gen_ai.usage.input_tokens": response.tokens_in,
                     "gen_ai.usage.output_tokens": response.tokens_out}
                 response_id = getattr(response, "response_id", None)
@@ -384,8 +384,8 @@ def _sampling(request: Any) -> dict[str, AttributeValue]:
     out: dict[str, AttributeValue] = {}
     for key, value in dict(request.sampling).items():
         if key == "stop":
-            out["gen_ai.request.stop_sequences"] = [value] if isinstance(value, str) \
-                else [str(item) for item in value]
+            out["gen_ai.request.stop_sequences"] = (value,) if isinstance(value, str) \
+                else tuple(str(item) for item in value)
         elif isinstance(value, bool | int | float):
             out[f"gen_ai.request.{key}"] = value
     return out

@@ -10,6 +10,7 @@ The end-to-end checks against a real Jaeger are in tests/otel.
 from __future__ import annotations
 
 import hashlib
+import time
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -44,7 +45,8 @@ def test_a_span_written_by_hand_reads_back_field_for_field() -> None:
         attributes={"s": "text é", "b": True, "i": 1, "neg": -5, "big": 2**62, "f": 0.25,
                     "list": ["stop", "length"], "empty": ""},
         events=[("beam_agents.admission.wait", 1_700_000_000_150_000_000,
-                 {"beam_agents.wait_ms": 12.5})],
+                 {"beam_agents.wait_ms": 12.5}),
+                ("beam_agents.held_back", 1_700_000_000_160_000_000, {})],
         links=[(TRACE, PARENT, {"beam_agents.link": "first_attempt"})],
         error="ProviderUnavailable")
     resource_scope = encode_resource_scope({"service.name": "svc", "n": 3}, "beam_agents")
@@ -63,10 +65,12 @@ def test_a_span_written_by_hand_reads_back_field_for_field() -> None:
         1_700_000_000_123_456_789, 1_700_000_000_223_456_789)
     assert _attrs(span.attributes) == record.attributes
     assert span.attributes[1].value.WhichOneof("value") == "bool_value", "True is not 1"
-    (event,) = span.events
+    event, second = span.events
     assert (event.name, event.time_unix_nano) == ("beam_agents.admission.wait",
                                                   1_700_000_000_150_000_000)
     assert _attrs(event.attributes) == {"beam_agents.wait_ms": 12.5}
+    assert (second.name, second.time_unix_nano, _attrs(second.attributes)) == (
+        "beam_agents.held_back", 1_700_000_000_160_000_000, {})
     (link,) = span.links
     assert (link.trace_id, link.span_id) == (TRACE, PARENT)
     assert _attrs(link.attributes) == {"beam_agents.link": "first_attempt"}
@@ -152,3 +156,35 @@ def test_every_attempt_shares_a_trace_and_the_ids_are_derived_from_the_identity(
                                  f"{hashlib.blake2b(seed + b'|1', digest_size=8).hexdigest()}-01")
     assert again.traceparent.split("-")[1] == first.traceparent.split("-")[1]
     assert again.traceparent.split("-")[2] != first.traceparent.split("-")[2]
+
+
+def test_a_full_batch_is_sent_at_once_and_the_rest_waits_for_the_schedule_delay() -> None:
+    """The export thread sends only full batches when one fills, never chasing the buffer.
+
+    Draining to the end after each wake sent a request for every few spans that
+    came in meanwhile (B14: 16-26 requests for 3,600 spans where 8 do).
+    """
+    sent: list[int] = []
+    tracer = OtelTracer(TracingConfig(endpoint="http://127.0.0.1:9", export_metrics=False,
+                                      schedule_delay_ms=600_000, max_queue_size=4096))
+
+    def send(body: bytes) -> object:
+        request = ExportTraceServiceRequest.FromString(body)
+        sent.append(len(request.resource_spans[0].scope_spans[0].spans))
+        return type("Sent", (), {"success": True})()
+
+    tracer._send = send
+    try:
+        for index in range(1100):
+            tracer.buffer(SpanRecord(TRACE, SPAN, b"", f"s{index}", 1, 1, 2,
+                                     attributes={"finish": ("stop",), "n": index},
+                                     events=[("e", 3, {"k": "v"})]))
+        deadline = time.monotonic() + 30
+        while sum(sent) < 1024 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # a thread that chased the buffer would send the rest now
+        assert sent == [512, 512]
+        tracer.flush()
+        assert sent == [512, 512, 76]
+    finally:
+        tracer.shutdown()

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
-__all__ = ["SpanRecord", "encode_request", "encode_resource_scope", "encode_span"]
+__all__ = ["Flat", "Frozen", "SpanRecord", "encode_frozen", "encode_request",
+           "encode_resource_scope", "encode_span", "freeze"]
 
 _U64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
@@ -109,7 +111,7 @@ def _key_value(key: str, value: Any) -> bytes:
     return _delimited(b"\x0a", key.encode()) + _delimited(b"\x12", _any_value(value))
 
 
-def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
+def _attributes(tag: bytes, attributes: Iterable[tuple[str, Any]]) -> bytes:
     """Each attribute as the field `tag` of a ``KeyValue``; repeats come from a cache.
 
     The cache holds the whole field (tag, length, message) by tag, name and
@@ -119,7 +121,7 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
     """
     by_name = _kv_cache.setdefault(tag, {})
     parts = []
-    for key, value in attributes.items():
+    for key, value in attributes:
         values = by_name.get(key)
         if values is None:
             if len(by_name) >= _CACHE_LIMIT:
@@ -139,38 +141,81 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any]) -> bytes:
     return b"".join(parts)
 
 
-def encode_span(record: SpanRecord) -> bytes:
-    """A ``Span`` message (trace.proto field numbers in the comments).
+#: An attribute set as it waits for export: name, value, name, value, ...
+Flat = tuple[Any, ...]
 
-    Spans are encoded when they end, so what waits for export is bytes, which
-    the garbage collector does not track: buffered span objects outlived a
-    young generation and made full collections of the host's heap more
-    frequent.
+#: An ended span as it waits for export (`freeze`): `SpanRecord`'s fields, its
+#: attributes `Flat`, its events ``name, time, Flat`` after one another, its
+#: links ``trace id, span id, Flat`` likewise.
+Frozen = tuple[bytes, bytes, bytes, str, int, int, int, Flat, Flat, Flat, str | None]
+
+
+def _flat(attributes: Mapping[str, Any]) -> Flat:
+    return tuple(chain.from_iterable(attributes.items()))
+
+
+def _pairs(flat: Flat) -> Iterable[tuple[str, Any]]:
+    return zip(flat[::2], flat[1::2], strict=True)
+
+
+def freeze(record: SpanRecord) -> Frozen:
+    """An ended span as flat tuples of its values, for the buffer it waits in.
+
+    Why not its bytes: spans wait in the buffer until the export thread
+    encodes a batch of them. Encoded one by one as each ended, between the
+    host's own work, a span took about 10 us of the activation's thread; in a
+    batch, about 5 (docs/benchmarks.md, B14). Why not the record itself: it
+    holds the tracer, and each span would keep a dict per attribute set
+    alive in the buffer; a few flat tuples of values are the fewest objects
+    the collector has to walk (B14 counted as many full collections as with
+    bytes).
     """
-    parts = [b"\x0a\x10", record.trace_id, b"\x12\x08", record.span_id]  # 1, 2
-    if record.parent_id:
-        parts += (b"\x22\x08", record.parent_id)  # 4
-    parts += (_delimited(b"\x2a", record.name.encode()),  # 5
-              b"\x30", _varint(record.kind),  # 6
-              b"\x39", _FIXED64.pack(record.start_ns),  # 7
-              b"\x41", _FIXED64.pack(record.end_ns),  # 8
-              _attributes(b"\x4a", record.attributes))  # 9
-    for name, time_ns, attributes in record.events or ():  # 11: Event{time 1, name 2, attributes 3}
+    return (record.trace_id, record.span_id, record.parent_id, record.name, record.kind,
+            record.start_ns, record.end_ns, _flat(record.attributes),
+            _flat_all(record.events), _flat_all(record.links), record.error)
+
+
+def _flat_all(entries: Iterable[tuple[Any, Any, Mapping[str, Any]]] | None) -> Flat:
+    """Events or links, each ``a, b, Flat`` after one another; see `freeze`."""
+    return tuple(part for first, second, attributes in entries or ()
+                 for part in (first, second, _flat(attributes)))
+
+
+def encode_span(record: SpanRecord) -> bytes:
+    """A ``Span`` message of `record`; see `encode_frozen`."""
+    return encode_frozen(freeze(record))
+
+
+def encode_frozen(span: Frozen) -> bytes:
+    """A ``Span`` message (trace.proto field numbers in the comments) of a `freeze`d span."""
+    (trace_id, span_id, parent_id, name_, kind, start_ns, end_ns, attributes_, events, links,
+     error) = span
+    parts = [b"\x0a\x10", trace_id, b"\x12\x08", span_id]  # 1, 2
+    if parent_id:
+        parts += (b"\x22\x08", parent_id)  # 4
+    parts += (_delimited(b"\x2a", name_.encode()),  # 5
+              b"\x30", _varint(kind),  # 6
+              b"\x39", _FIXED64.pack(start_ns),  # 7
+              b"\x41", _FIXED64.pack(end_ns),  # 8
+              _attributes(b"\x4a", _pairs(attributes_)))  # 9
+    for name, time_ns, attributes in zip(events[::3], events[1::3], events[2::3], strict=True):
+        # 11: Event{time 1, name 2, attributes 3}
         parts.append(_delimited(b"\x5a", b"\x09" + _FIXED64.pack(time_ns)
                                 + _delimited(b"\x12", name.encode())
-                                + _attributes(b"\x1a", attributes)))
-    for trace_id, span_id, attributes in record.links or ():  # 13: Link{trace 1, span 2, attrs 4}
-        parts.append(_delimited(b"\x6a", b"\x0a\x10" + trace_id + b"\x12\x08" + span_id
-                                + _attributes(b"\x22", attributes)))
-    if record.error is not None:  # 15: Status{message 2, code 3 = ERROR}
-        parts.append(_delimited(b"\x7a", _delimited(b"\x12", record.error.encode())
-                                + b"\x18\x02"))
+                                + _attributes(b"\x1a", _pairs(attributes))))
+    for linked_trace, linked_span, attributes in zip(links[::3], links[1::3], links[2::3],
+                                                     strict=True):
+        # 13: Link{trace 1, span 2, attributes 4}
+        parts.append(_delimited(b"\x6a", b"\x0a\x10" + linked_trace + b"\x12\x08" + linked_span
+                                + _attributes(b"\x22", _pairs(attributes))))
+    if error is not None:  # 15: Status{message 2, code 3 = ERROR}
+        parts.append(_delimited(b"\x7a", _delimited(b"\x12", error.encode()) + b"\x18\x02"))
     return b"".join(parts)
 
 
 def encode_resource_scope(resource: Mapping[str, Any], scope: str) -> tuple[bytes, bytes]:
     """A ``Resource`` and an ``InstrumentationScope``, encoded once per tracer."""
-    return (_attributes(b"\x0a", resource),  # Resource.attributes = 1
+    return (_attributes(b"\x0a", resource.items()),  # Resource.attributes = 1
             _delimited(b"\x0a", scope.encode()))  # InstrumentationScope.name = 1
 
 

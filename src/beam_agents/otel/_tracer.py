@@ -8,8 +8,9 @@ take part: a span there is a locked object with validated, bounded
 attributes, handed through processors and re-encoded one message at a time,
 and at two spans per event that was most of tracing's cost (B14,
 docs/benchmarks.md). A span here is a `SpanRecord` filled in place and,
-when it ends, written to the wire format (`beam_agents.otel._otlp`) into a
-bounded buffer that the export thread sends.
+when it ends, frozen into immutable values (`beam_agents.otel._otlp.freeze`)
+in a bounded buffer; the export thread writes a batch of them to the wire
+format and sends it.
 
 One exporter per worker process (`OtelTracer.shared`): a Dataflow or Flink
 worker runs many DoFn or function instances, and each would otherwise open
@@ -51,7 +52,14 @@ from opentelemetry.sdk.resources import Resource
 
 from beam_agents.metrics import MetricsSink, NoopMetrics
 from beam_agents.otel._histograms import Histograms
-from beam_agents.otel._otlp import SpanRecord, encode_request, encode_resource_scope, encode_span
+from beam_agents.otel._otlp import (
+    Frozen,
+    SpanRecord,
+    encode_frozen,
+    encode_request,
+    encode_resource_scope,
+    freeze,
+)
 from beam_agents.tracing import NOOP_SPAN, Attributes, Span, TracingConfig
 
 __all__ = ["OtelTracer"]
@@ -170,7 +178,7 @@ class OtelTracer:
         os.register_at_fork(after_in_child=lambda: (method := restart()) and method())
 
     def _start_thread(self) -> None:
-        self._buffer: list[bytes] = []  # encoded spans (`encode_span`)
+        self._buffer: list[Frozen] = []  # ended spans, encoded in batches as they are sent
         self._buffer_lock = threading.Lock()
         self._export_lock = threading.Lock()  # one export at a time: the thread's or a flush
         self._wake = threading.Event()
@@ -238,15 +246,15 @@ class OtelTracer:
     def buffer(self, span: SpanRecord) -> None:
         """Queue an ended span for export; a full buffer drops it, counted, never waits."""
         limit = self._config.max_queue_size
-        if len(self._buffer) < limit:  # a peek: a full buffer drops without encoding
+        if len(self._buffer) < limit:  # a peek: a full buffer drops without copying
             try:
-                encoded = encode_span(span)
+                frozen = freeze(span)
             except Exception:  # a span never fails its activation
-                _log.exception("a span could not be encoded")
+                _log.exception("a span could not be kept")
             else:
                 with self._buffer_lock:
                     if len(self._buffer) < limit:
-                        self._buffer.append(encoded)
+                        self._buffer.append(frozen)
                         if len(self._buffer) == _BATCH:
                             self._wake.set()
                         return
@@ -274,30 +282,48 @@ class OtelTracer:
                 del self._shared[self._config]
 
     def _run(self) -> None:
-        """Send spans every schedule delay (sooner when a batch fills), metrics every interval."""
+        """Send full batches as they fill, the rest every schedule delay, metrics every interval.
+
+        A wake for a full batch sends full batches only. Draining the buffer
+        to the end instead chased the activations: each send let a few more
+        spans in, and the next send took those, so B14's 3,600 spans went out
+        in 16-26 requests where 8 do, at about 0.6 ms of CPU a request
+        whatever its size (docs/benchmarks.md, B14).
+        """
         delay = self._config.schedule_delay_ms / 1000
         interval = self._config.metrics_interval_ms / 1000
         next_metrics = time.monotonic() + interval
+        next_partial = time.monotonic() + delay
         while not self._closed:
-            self._wake.wait(delay)
+            self._wake.wait(max(0.0, min(next_partial, next_metrics) - time.monotonic()))
             self._wake.clear()
             if self._closed:
                 return
-            due = time.monotonic() >= next_metrics
+            now = time.monotonic()
+            due = now >= next_metrics
             if due:
-                next_metrics = time.monotonic() + interval
+                next_metrics = now + interval
+            partial = now >= next_partial
+            if partial:
+                next_partial = now + delay
             try:
-                self._export(metrics=due)
+                self._export(metrics=due, partial=partial)
             except Exception:  # the thread must outlive an exporter's bug
                 _log.exception("OTLP export raised")
 
-    def _export(self, *, metrics: bool) -> None:
+    def _export(self, *, metrics: bool, partial: bool = True) -> None:
+        """Send the buffer's full batches; with `partial`, all it held when this began."""
         with self._export_lock:
+            with self._buffer_lock:
+                left = len(self._buffer) if partial else 0
             while True:
                 with self._buffer_lock:
-                    batch, self._buffer = self._buffer[:_BATCH], self._buffer[_BATCH:]
+                    take = min(left, _BATCH) or (_BATCH if len(self._buffer) >= _BATCH else 0)
+                    batch = self._buffer[:take]
+                    del self._buffer[:take]
                 if not batch:
                     break
+                left = max(0, left - len(batch))
                 self._send_spans(batch)
             if metrics and self._histograms is not None and self._metrics_out is not None:
                 data = self._histograms.data()
@@ -306,9 +332,10 @@ class OtelTracer:
                         is not MetricExportResult.SUCCESS:
                     _log.debug("GenAI metrics were not exported")
 
-    def _send_spans(self, batch: list[bytes]) -> None:
+    def _send_spans(self, batch: list[Frozen]) -> None:
         try:
-            sent = self._send(encode_request(self._resource_scope, batch)).success
+            sent = self._send(encode_request(self._resource_scope,
+                                             [encode_frozen(span) for span in batch])).success
         except Exception:  # an encoder or sender bug drops the batch, never the thread
             _log.exception("span export raised")
             sent = False
