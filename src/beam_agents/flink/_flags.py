@@ -23,6 +23,7 @@ from beam_agents.flink._job import (
     AUTO_BUNDLE_TIME_MS,
     FlinkJobOptions,
     build_job,
+    check_against_agent,
     environment,
     plan_job_snapshot,
 )
@@ -207,6 +208,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[FlinkJobOptions, Agen
     options = FlinkJobOptions(**given, kafka=_kafka_options(values),
                               flink_conf=parse_properties(values["flink_conf"], "flink_conf"))
     config = agent_config_from_flags(values)
+    check_against_agent(options, config)
     load_agent(config.agent)  # fail here, not in a restart loop on the cluster
     return options, config
 

@@ -454,11 +454,7 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
     if (options.state_snapshot is None) != (snapshot is None):
         raise ConfigError("--state_snapshot and build_job's snapshot plan go together: plan it "
                           "with plan_job_snapshot", field="state_snapshot")
-    if options.hold_input_at > config.max_queued_per_key:
-        raise ConfigError(f"--hold_input_at must be <= --max_queued_per_key "
-                          f"({config.max_queued_per_key}): past it a key's arrivals are "
-                          f"BACKLOG dead letters, not held, got {options.hold_input_at}",
-                          field="hold_input_at")
+    check_against_agent(options, config)
     kafka = options.kafka
     ordering: EventOrdering | None = None
     watermarks: WatermarkStrategy | None = None
@@ -494,6 +490,21 @@ def build_job(env: StreamExecutionEnvironment, options: FlinkJobOptions,
         sink_to_kafka(env, kafka, None if options.output_path else intents,
                       None if options.errors_path else errors)
     return intents, errors
+
+
+def check_against_agent(options: FlinkJobOptions, config: AgentConfig) -> None:
+    """Refuse options that contradict the agent's config; `parse_args` and `build_job` call it.
+
+    Raises:
+        ConfigError: ``--hold_input_at`` is above ``--max_queued_per_key``, where
+            a key's arrivals would become BACKLOG dead letters before any held
+            the input; names the flag.
+    """
+    if options.hold_input_at > config.max_queued_per_key:
+        raise ConfigError(f"--hold_input_at must be <= --max_queued_per_key "
+                          f"({config.max_queued_per_key}): past it a key's arrivals are "
+                          f"BACKLOG dead letters, not held, got {options.hold_input_at}",
+                          field="hold_input_at")
 
 
 def plan_job_snapshot(options: FlinkJobOptions) -> SnapshotPlan | None:
