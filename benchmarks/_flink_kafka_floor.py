@@ -13,6 +13,7 @@ itself costs and allows for B6's workload.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterator
@@ -79,13 +80,13 @@ def main(argv: list[str]) -> int:
     import beam_agents.flink._job as job  # noqa: PLC0415
     from beam_agents.flink import main as run_job  # noqa: PLC0415
 
-    latency_ms = int(argv[argv.index("--latency_ms") + 1])
-    rest = [arg for index, arg in enumerate(argv)
-            if arg != "--latency_ms" and (index == 0 or argv[index - 1] != "--latency_ms")]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._flink_kafka_floor")
+    parser.add_argument("--latency_ms", type=int, required=True)
+    known, job_flags = parser.parse_known_args(argv)
     # The job builds its Activate step from this name; the floor takes its place.
     setattr(job, "AgentKeyedProcessFunction",  # noqa: B010 - the job's own name for it
-            lambda *args, **kwargs: FloorFunction(latency_ms))
-    return run_job(rest)
+            lambda *args, **kwargs: FloorFunction(known.latency_ms))
+    return run_job(job_flags)
 
 
 if __name__ == "__main__":

@@ -144,10 +144,11 @@ def _attributes(tag: bytes, attributes: Iterable[tuple[str, Any]]) -> bytes:
 #: An attribute set as it waits for export: name, value, name, value, ...
 Flat = tuple[Any, ...]
 
-#: An ended span as it waits for export (`freeze`): `SpanRecord`'s fields, its
-#: attributes `Flat`, its events ``name, time, Flat`` after one another, its
-#: links ``trace id, span id, Flat`` likewise.
-Frozen = tuple[bytes, bytes, bytes, str, int, int, int, Flat, Flat, Flat, str | None]
+#: An ended span as it waits for export (`freeze`): `SpanRecord`'s fields, with
+#: its attributes `Flat` and its events and links as ``(a, b, Flat)`` each.
+Frozen = tuple[bytes, bytes, bytes, str, int, int, int, Flat,
+               tuple[tuple[str, int, Flat], ...], tuple[tuple[bytes, bytes, Flat], ...],
+               str | None]
 
 
 def _flat(attributes: Mapping[str, Any]) -> Flat:
@@ -175,10 +176,11 @@ def freeze(record: SpanRecord) -> Frozen:
             _flat_all(record.events), _flat_all(record.links), record.error)
 
 
-def _flat_all(entries: Iterable[tuple[Any, Any, Mapping[str, Any]]] | None) -> Flat:
-    """Events or links, each ``a, b, Flat`` after one another; see `freeze`."""
-    return tuple(part for first, second, attributes in entries or ()
-                 for part in (first, second, _flat(attributes)))
+def _flat_all(entries: Iterable[tuple[Any, Any, Mapping[str, Any]]] | None,
+              ) -> tuple[tuple[Any, Any, Flat], ...]:
+    """Events or links, each ``(a, b, Flat)``; see `freeze`."""
+    return tuple((first, second, _flat(attributes))
+                 for first, second, attributes in entries or ())
 
 
 def encode_span(record: SpanRecord) -> bytes:
@@ -198,14 +200,11 @@ def encode_frozen(span: Frozen) -> bytes:
               b"\x39", _FIXED64.pack(start_ns),  # 7
               b"\x41", _FIXED64.pack(end_ns),  # 8
               _attributes(b"\x4a", _pairs(attributes_)))  # 9
-    for name, time_ns, attributes in zip(events[::3], events[1::3], events[2::3], strict=True):
-        # 11: Event{time 1, name 2, attributes 3}
+    for name, time_ns, attributes in events:  # 11: Event{time 1, name 2, attributes 3}
         parts.append(_delimited(b"\x5a", b"\x09" + _FIXED64.pack(time_ns)
                                 + _delimited(b"\x12", name.encode())
                                 + _attributes(b"\x1a", _pairs(attributes))))
-    for linked_trace, linked_span, attributes in zip(links[::3], links[1::3], links[2::3],
-                                                     strict=True):
-        # 13: Link{trace 1, span 2, attributes 4}
+    for linked_trace, linked_span, attributes in links:  # 13: Link{trace 1, span 2, attrs 4}
         parts.append(_delimited(b"\x6a", b"\x0a\x10" + linked_trace + b"\x12\x08" + linked_span
                                 + _attributes(b"\x22", _pairs(attributes))))
     if error is not None:  # 15: Status{message 2, code 3 = ERROR}
